@@ -1,0 +1,174 @@
+"""Target-model latency on this CPU: decode vs verify (K+1 tokens), against HF transformers.
+
+Usage: .venv/bin/python benchmarks/bench_model.py [--reps 30] [--ctx 128] [--out benchmarks/results_model.md]
+
+Every configuration times one forward over a context of ``--ctx`` tokens (prefilled before timing,
+rewound after each step); configurations alternate inside each repetition so that machine noise
+hits all of them alike, and the table reports medians. HF runs the same weights (the converted
+embedded model) with a ``DynamicCache`` cropped back after each step.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specdec_cli.models import load_model
+from specdec_cli.models.fast_linear import onednn_available
+from specdec_cli.models.loading import EMBEDDED_NAME, cached_gguf_dir, embedded_model_path
+
+VERIFY_SIZES = (2, 5, 9, 17)
+BATCH = 8
+TEXT = (
+    "Speculative decoding lets a small draft propose several tokens that the large target model then "
+    "checks in a single forward pass. When the draft is right, several tokens are produced for the price "
+    "of one target step; when it is wrong, the rejected tokens are dropped from the key-value cache and "
+    "the target's own token is used instead, so the output distribution is unchanged. "
+)
+
+
+def machine() -> str:
+    """CPU model, core count and vector extensions, one line."""
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        name = next(line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    amx = " + AMX" if "amx_tile" in flags else ""
+    return f"{name}, {torch.get_num_threads()} threads, {isa}{amx}, torch {torch.__version__}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--ctx", type=int, default=128)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results_model.md"))
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    model, tokenizer = load_model(None)
+    hf = AutoModelForCausalLM.from_pretrained(cached_gguf_dir(embedded_model_path(), name=EMBEDDED_NAME), dtype=torch.float32).eval()
+    ids = torch.tensor(tokenizer(TEXT * 8)["input_ids"][: args.ctx])
+    ctx, max_new = len(ids), max(VERIFY_SIZES)
+    vocab = model.arch.vocab_size
+
+    cache = model.new_cache(BATCH, ctx + max_new)
+    hf_cache = DynamicCache()
+    hf_batch_cache = DynamicCache()
+    with torch.inference_mode():
+        model(cache, list(range(BATCH)), [ids] * BATCH, logits_for="last")
+        hf(ids[None], cache=hf_cache, use_cache=True)
+        hf(ids[None].expand(BATCH, -1), cache=hf_batch_cache, use_cache=True)
+
+    def ours(n: int, batch: int = 1) -> float:
+        new = torch.randint(0, vocab, (batch, n))
+        start = time.perf_counter()
+        model(cache, list(range(batch)), list(new), logits_for="all")
+        elapsed = time.perf_counter() - start
+        for slot in range(batch):
+            cache.rewind(slot, ctx)
+        return elapsed
+
+    def theirs(n: int, batch: int = 1) -> float:
+        kv = hf_cache if batch == 1 else hf_batch_cache
+        new = torch.randint(0, vocab, (batch, n))
+        start = time.perf_counter()
+        hf(new, cache=kv, use_cache=True)
+        elapsed = time.perf_counter() - start
+        kv.crop(-n)
+        return elapsed
+
+    configs: dict[str, Callable[[], float]] = {}
+    for n in (1, *VERIFY_SIZES):
+        configs[f"ours n={n}"] = lambda n=n: ours(n)
+        configs[f"hf n={n}"] = lambda n=n: theirs(n)
+    configs[f"ours batch{BATCH} n=1"] = lambda: ours(1, BATCH)
+    configs[f"hf batch{BATCH} n=1"] = lambda: theirs(1, BATCH)
+    configs[f"ours batch{BATCH} n=5"] = lambda: ours(5, BATCH)
+
+    times: dict[str, list[float]] = {name: [] for name in configs}
+    with torch.inference_mode():
+        for fn in configs.values():  # warm-up (oneDNN packing, allocator)
+            fn()
+        for _ in range(args.reps):
+            for name, fn in configs.items():
+                times[name].append(fn())
+        invariance = verify_vs_decode_max_diff(model, ids)
+    med = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    report = render(med, times, args, machine(), ctx, invariance)
+    args.out.write_text(report)
+    print(report)
+
+
+def verify_vs_decode_max_diff(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    """Max |logit difference| between a 17-token verify and 17 single-token decodes."""
+    drafts = ids[:17].flip(0)
+    cache = model.new_cache(1, len(ids) + 17)
+    model(cache, [0], ids)
+    verify = model(cache, [0], drafts).logits
+    cache.rewind(0, len(ids))
+    decode = torch.cat([model(cache, [0], drafts[i : i + 1]).logits for i in range(len(drafts))])
+    return (verify - decode).abs().max().item()
+
+
+def render(
+    med: dict[str, float], times: dict[str, list[float]], args: argparse.Namespace, cpu: str, ctx: int, invariance: float
+) -> str:
+    def spread(name: str) -> str:
+        q = statistics.quantiles([t * 1e3 for t in times[name]], n=4)
+        return f"{q[0]:.1f}–{q[2]:.1f}"
+
+    decode = med["ours n=1"]
+    rows = [
+        "| tokens per request (K+1) | ours ms (IQR) | ours / ours decode | HF ms (IQR) | HF / HF decode | ours / HF |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in (1, *VERIFY_SIZES):
+        o, h = med[f"ours n={n}"], med[f"hf n={n}"]
+        rows.append(
+            f"| {n} | {o:.1f} ({spread(f'ours n={n}')}) | {o / decode:.2f} | {h:.1f} ({spread(f'hf n={n}')}) "
+            f"| {h / med['hf n=1']:.2f} | {o / h:.2f} |"
+        )
+    b_ours, b_hf, b_ver = med[f"ours batch{BATCH} n=1"], med[f"hf batch{BATCH} n=1"], med[f"ours batch{BATCH} n=5"]
+    return "\n".join(
+        [
+            "# Target model runtime: decode and verify latency (embedded SmolLM2-135M-Instruct, fp32)",
+            "",
+            f"- Machine: {cpu}; oneDNN prepacked linears: {'on' if onednn_available() else 'OFF'}.",
+            f"- Command: `.venv/bin/python benchmarks/bench_model.py --reps {args.reps} --ctx {args.ctx}`",
+            f"- Context {ctx} tokens; {args.reps} alternating repetitions; medians (interquartile range) in ms.",
+            "- HF: transformers `LlamaForCausalLM` (sdpa) on the same weights with a `DynamicCache`.",
+            "",
+            "## Batch 1",
+            "",
+            *rows,
+            "",
+            f"## Batch {BATCH}",
+            "",
+            "| config | ours ms | HF ms | ours tok/s | HF tok/s |",
+            "|---|---|---|---|---|",
+            f"| decode (1 token per request) | {b_ours:.1f} | {b_hf:.1f} | {BATCH * 1e3 / b_ours:.0f} | {BATCH * 1e3 / b_hf:.0f} |",
+            f"| verify 5 per request | {b_ver:.1f} | – | {b_ver / b_ours:.2f}x decode | – |",
+            "",
+            "## Row invariance",
+            "",
+            f"Max |logit difference| between one 17-token verify and 17 single-token decodes: {invariance:.3g}"
+            + (" (bitwise identical)." if invariance == 0 else "."),
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Where the CLI prints: results on stdout, errors on stderr as one line per problem."""
+from __future__ import annotations
+
+import os
+
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from specdec_cli.config.compose import describe_hydra_error
+from specdec_cli.config.effective import EffectiveConfig
+from specdec_cli.config.schema import RunConfig
+from specdec_cli.errors import ConfigError, SpecdecError
+
+DEBUG_ENV = "SPECDEC_DEBUG"
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def debug_enabled() -> bool:
+    """``--debug`` or ``SPECDEC_DEBUG=1``: let tracebacks through."""
+    return os.environ.get(DEBUG_ENV) == "1"
+
+
+def error_lines(err: BaseException) -> tuple[list[str], int]:
+    """The lines to print for an error and the exit code (2: config or input, 1: other)."""
+    if isinstance(err, ConfigError):
+        return err.violations, err.exit_code
+    if isinstance(err, (HydraException, OmegaConfBaseException)):
+        return [describe_hydra_error(err)], 2
+    if isinstance(err, SpecdecError):
+        return [str(err)], err.exit_code
+    return [f"unexpected {type(err).__name__}: {err} (--debug shows the traceback)"], 1
+
+
+def print_errors(lines: list[str], prefix: str = "") -> None:
+    """Each line as ``error: <prefix><line>`` on stderr, never wrapped."""
+    for line in lines:
+        text = Text("error: ", style="bold red")
+        text.append(prefix + line)
+        err_console.print(text, soft_wrap=True, highlight=False)
+
+
+def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
+    """The settings a run will use, then why each silent decision was taken."""
+    sampler = cfg.sampler
+    if effective.rejection:
+        acceptance = "rejection sampling (lossless)"
+    elif effective.relaxed_acceptance:
+        acceptance = "relaxed (lossy)"
+    else:
+        acceptance = "strict"
+    rows = {
+        "method": f"{cfg.method.name}, K={cfg.method.num_draft_tokens}",
+        "draft length by batch size": str(effective.draft_len_schedule),
+        "sampler": f"{sampler.name} (T={sampler.temperature}, top_k={sampler.top_k}, "
+        f"top_p={sampler.top_p})",
+        "acceptance": acceptance,
+        "rejection backend": effective.backend,
+        "all requests greedy": "yes" if effective.all_greedy else "no",
+        "device": f"{effective.device} ({cfg.model.dtype})",
+        "model": cfg.model.path or f"{cfg.model.name} (embedded)",
+        "workload": f"{cfg.workload.name}, {cfg.workload.max_new_tokens} new tokens",
+    }
+    table = Table(title="effective settings", show_header=False, title_justify="left")
+    for key, value in rows.items():
+        table.add_row(key, Text(value))
+    console.print(table)
+    for reason in effective.reasons:
+        console.print(Text(f"  - {reason}"), soft_wrap=True)

@@ -1,0 +1,126 @@
+"""``specdec run``: a real Hydra application (``-m`` sweeps, ``hydra.*`` overrides, ``--cfg``).
+
+Typer hands its raw arguments to ``@hydra.main``. Each Hydra job types its config,
+validates it, then writes ``effective.json`` (``dry_run=true``), skips a finished job
+(``skip_if_done=true``) or calls the engine. A failing job prints its own ``error:``
+lines, so a sweep reports every failure:
+- single run: the job returns and the process exits with the job's code (2: config/input);
+- sweep (``-m``): the job raises, Hydra still runs the remaining jobs, writes one
+  ``Error executing job with overrides: [...]`` line, and the process exits with the
+  first failed job's code.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import hydra
+import typer
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from specdec_cli.cli.output import (
+    console,
+    debug_enabled,
+    error_lines,
+    print_effective,
+    print_errors,
+)
+from specdec_cli.config.compose import conf_dir, to_run_config
+from specdec_cli.config.store import register_configs
+from specdec_cli.config.validate import resolve
+from specdec_cli.errors import SpecdecError
+from specdec_cli.report.files import atomic_write_json
+
+CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}  # all to Hydra
+METAVAR = "[OVERRIDES AND HYDRA FLAGS]"
+
+
+class JobFailed(SpecdecError):
+    """A Hydra job failed and already printed why; carries the process exit code."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(f"job failed with exit code {exit_code}")
+        self.exit_code = exit_code
+
+
+def run(ctx: typer.Context) -> None:
+    """Run one job, or a sweep with -m. Arguments go to Hydra unchanged.
+
+    \b
+    specdec run method=eagle3 sampler=topk
+    specdec run -m method=none,ngram sampler=greedy,temperature
+    specdec run method=pard dry_run=true hydra.run.dir=out/pard
+    specdec run --cfg job          (print the composed config)
+    specdec run --hydra-help       (Hydra's own flags)
+    """
+    register_configs()
+    failures: list[int] = []  # exit codes of failed single-run jobs
+
+    def job(config: DictConfig) -> dict | None:
+        return _job(config, failures)
+
+    app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
+    with _hydra_process(["specdec run", *ctx.args]):
+        app(job)()
+    if failures:
+        raise JobFailed(failures[0])
+
+
+@contextlib.contextmanager
+def _hydra_process(argv: list[str]) -> Iterator[None]:
+    """Hydra reads sys.argv; HYDRA_FULL_ERROR lets its errors reach the error boundary."""
+    saved_argv, saved_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv, os.environ["HYDRA_FULL_ERROR"] = argv, "1"
+    try:
+        yield
+    finally:
+        sys.argv = saved_argv
+        if saved_env is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_env
+        GlobalHydra.instance().clear()
+
+
+def _job(config: DictConfig, failures: list[int]) -> dict | None:
+    """One Hydra job: its errors are printed here (see the module docstring)."""
+    try:
+        return _execute(config)
+    except Exception as err:
+        if debug_enabled():
+            raise
+        lines, code = error_lines(err)
+        hydra_cfg = HydraConfig.get()
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            print_errors(lines)
+            failures.append(code)
+            return None
+        overrides = " ".join(hydra_cfg.overrides.task)
+        print_errors(lines, prefix=f"job {hydra_cfg.job.num} ({overrides}): ")
+        raise JobFailed(code) from err
+
+
+def _execute(config: DictConfig) -> dict | None:
+    cfg = to_run_config(config)
+    effective = resolve(cfg)
+    output_dir = Path(cfg.output_dir or HydraConfig.get().runtime.output_dir)
+    if cfg.dry_run:
+        record = {"config": dataclasses.asdict(cfg), "effective": effective.to_dict()}
+        atomic_write_json(output_dir / "effective.json", record)
+        print_effective(cfg, effective)
+        return None
+    if cfg.skip_if_done and (output_dir / "results.json").exists():
+        console.print(f"skipped: {output_dir / 'results.json'} exists", markup=False)
+        return None
+    from specdec_cli.engine.runner import run_job  # torch and models load only for real runs
+
+    results = run_job(cfg, effective, output_dir)
+    console.print(f"results: {output_dir}", markup=False)
+    return results

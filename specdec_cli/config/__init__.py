@@ -1,0 +1,1 @@
+"""Configuration: typed schema, Hydra registration, composition, support matrix, validation."""

@@ -1,0 +1,27 @@
+"""What a run will actually do, after validation resolved every ``auto`` and default.
+
+Produced by ``config.validate.resolve``; the engine reads it instead of re-deciding,
+and ``results.json`` records it next to the config.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EffectiveConfig:
+    """Resolved decisions; ``reasons`` explains each one that differs from a plain reading."""
+
+    rejection: bool  # rejection sampling (else strict or relaxed acceptance)
+    relaxed_acceptance: bool  # MTP thinking-phase acceptance (lossy)
+    backend: str  # "torch" | "flashinfer": the rejection-sampling kernels
+    device: str  # "cpu" | "cuda"
+    draft_len_schedule: dict[int, int]  # max batch size -> K, sorted; {} = always num_draft_tokens
+    all_greedy: bool  # every request has temperature 0: the argmax fast path, never rejection
+    reasons: list[str]  # human-readable, one per silent decision
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``json.dumps`` turns the schedule's int keys into strings)."""
+        return dataclasses.asdict(self)

@@ -1,0 +1,107 @@
+"""The support matrix as data: feature -> method -> Support(supported, reason).
+
+``specdec check`` prints it and ``config/validate.py`` reads it; nothing else decides
+which method supports what. Flipping a feature for every method is a one-line change
+(e.g. ``"tensor_parallel": _every(Support(False, PLANNED))``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Support:
+    """Whether a method supports a feature, and why not (or a caveat when it does)."""
+
+    supported: bool
+    reason: str = ""
+
+
+MODEL_BASED = ("draft_target", "mtp", "eagle3", "pard", "dflash")
+RETRIEVAL = ("ngram", "suffix")
+NON_SPECULATIVE = ("none",)
+METHODS = NON_SPECULATIVE + MODEL_BASED + RETRIEVAL
+MAX_DRAFT_TOKENS = 16
+
+# feature key -> what it is called in messages
+FEATURES: dict[str, str] = {
+    "rejection_sampling": "rejection sampling",
+    "relaxed_acceptance": "relaxed acceptance",
+    "dynamic_draft_length": "dynamic draft length",
+    "draft_vocab_mapping": "draft vocabulary mapping (d2t)",
+    "tensor_parallel": "tensor parallelism",
+    "attention_dp": "attention data parallelism",
+    "context_parallel": "context parallelism",
+    "guided_decoding": "guided decoding",
+    "flashinfer_backend": "the flashinfer backend",
+}
+
+PLANNED = "not implemented yet (planned)"
+NOTHING_TO_VERIFY = "method=none drafts nothing, so there is nothing to verify"
+ONE_HOT_Q = (
+    "a retrieval drafter has no proposal distribution of its own: it verifies with a "
+    "one-hot q, which is strict acceptance"
+)
+WHOLE_VOCAB_ROWS = (
+    "the rejection sampler needs whole-vocabulary target rows per request on one rank "
+    "(TensorRT-LLM refuses this combination too)"
+)
+
+
+def _every(support: Support, **per_method: Support) -> dict[str, Support]:
+    """One row: ``support`` for every method unless ``per_method`` says otherwise."""
+    unknown = set(per_method) - set(METHODS)
+    if unknown:
+        raise ValueError(f"support matrix names unknown methods: {sorted(unknown)}")
+    return {method: per_method.get(method, support) for method in METHODS}
+
+
+def _only(methods: tuple[str, ...], yes: Support, no: Support) -> dict[str, Support]:
+    return {method: yes if method in methods else no for method in METHODS}
+
+
+MATRIX: dict[str, dict[str, Support]] = {
+    "rejection_sampling": _every(
+        Support(True),
+        none=Support(False, NOTHING_TO_VERIFY),
+        ngram=Support(False, ONE_HOT_Q),
+        suffix=Support(False, ONE_HOT_Q),
+    ),
+    "relaxed_acceptance": _only(
+        ("mtp",),
+        Support(True, "lossy (thinking-phase acceptance); excludes rejection sampling"),
+        Support(False, "relaxed (thinking) acceptance is MTP-only"),
+    ),
+    "dynamic_draft_length": _every(Support(True), none=Support(False, NOTHING_TO_VERIFY)),
+    "draft_vocab_mapping": _every(
+        Support(False, "drafts in the target vocabulary (no d2t)"),
+        none=Support(False, NOTHING_TO_VERIFY),
+        eagle3=Support(True, "EAGLE-3 heads may draft in a reduced vocabulary mapped with d2t"),
+    ),
+    "tensor_parallel": _every(Support(False, PLANNED)),
+    "attention_dp": _every(Support(False, PLANNED)),
+    "context_parallel": _every(
+        Support(False, f"not supported with speculative decoding: {WHOLE_VOCAB_ROWS}"),
+        none=Support(False, PLANNED),
+    ),
+    "guided_decoding": _every(Support(False, "not implemented")),
+    "flashinfer_backend": _only(
+        MODEL_BASED,
+        Support(True, "needs CUDA and an importable flashinfer (the gpu extra)"),
+        Support(False, "no rejection sampling to run: strict acceptance runs in torch"),
+    ),
+}
+
+# features that rejection sampling cannot be combined with, whatever the method
+REJECTION_EXCLUSIONS: dict[str, str] = {
+    "relaxed_acceptance": "relaxed acceptance is lossy and replaces the acceptance rule",
+    "guided_decoding": (
+        "the grammar mask changes the target distribution that rejection sampling must preserve"
+    ),
+    "context_parallel": WHOLE_VOCAB_ROWS,
+}
+
+
+def support(method: str, feature: str) -> Support:
+    """The matrix cell for ``method`` × ``feature``."""
+    return MATRIX[feature][method]

@@ -1,0 +1,175 @@
+"""Typed configuration: one dataclass per config group option.
+
+These dataclasses are the schema Hydra validates overrides against (registered in
+``config/store.py``) and the typed objects every later stage receives after
+``OmegaConf.to_object``. Each stage gets only its own slice (``cfg.method``,
+``cfg.sampler``, ...), never the whole tree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+# --------------------------------------------------------------------------- method
+@dataclass
+class MethodConfig:
+    """Common fields of every speculative method (``method=<name>``)."""
+
+    name: str = MISSING
+    num_draft_tokens: int = 4  # K, the maximum draft length per step
+    # max batch size -> K, as in TensorRT-LLM: a batch of size b drafts the K of the first
+    # key >= b, and 0 above the largest key ({4: 4, 8: 2}: bs 1-4 -> 4, 5-8 -> 2, 9+ -> 0).
+    # The smallest key must map to num_draft_tokens. Empty: always num_draft_tokens.
+    # (Not Optional: OmegaConf cannot merge a CLI dict into a None-valued Optional[Dict].)
+    draft_len_schedule: dict[int, int] = field(default_factory=dict)
+    # How a model-based drafter picks its draft token: "sample" from its filtered softmax
+    # (q = that softmax) or "argmax" (q = one-hot). Retrieval drafters are always one-hot.
+    draft_policy: str = "sample"
+    # Relaxed (thinking-phase) acceptance: MTP only, lossy, exclusive with rejection.
+    relaxed_acceptance: bool = False
+    relaxed_topk: int = 10
+    relaxed_delta: float = 0.6
+
+
+@dataclass
+class NoneMethodConfig(MethodConfig):
+    name: str = "none"
+    num_draft_tokens: int = 0
+
+
+@dataclass
+class NgramMethodConfig(MethodConfig):
+    name: str = "ngram"
+    min_n: int = 2
+    max_n: int = 4
+
+
+@dataclass
+class SuffixMethodConfig(MethodConfig):
+    name: str = "suffix"
+    use_global_pool: bool = False  # also match against other requests' outputs
+    max_pool_tokens: int = 200_000
+    min_match_len: int = 2
+
+
+@dataclass
+class DraftTargetMethodConfig(MethodConfig):
+    name: str = "draft_target"
+    # HF directory / GGUF of the draft model; None: the shipped draft for the embedded target.
+    draft_path: Optional[str] = None
+    # Self-speculation without training: the target's first N layers + final norm + LM head.
+    self_speculative_layers: Optional[int] = None
+
+
+@dataclass
+class Eagle3MethodConfig(MethodConfig):
+    name: str = "eagle3"
+    checkpoint: Optional[str] = None  # None: the shipped head for the embedded target
+    # Target layers whose outputs are fused (output-of-layer-i convention); None: {1, N/2-1, N-4}.
+    target_layers: Optional[list[int]] = None
+
+
+@dataclass
+class MtpMethodConfig(MethodConfig):
+    name: str = "mtp"
+    checkpoint: Optional[str] = None
+
+
+@dataclass
+class PardMethodConfig(MethodConfig):
+    name: str = "pard"
+    checkpoint: Optional[str] = None
+    mask_token_id: Optional[int] = None  # None: read from the checkpoint config
+
+
+@dataclass
+class DflashMethodConfig(MethodConfig):
+    name: str = "dflash"
+    checkpoint: Optional[str] = None
+    target_layers: Optional[list[int]] = None  # None: read from the checkpoint config
+
+
+# --------------------------------------------------------------------------- sampler
+@dataclass
+class SamplerConfig:
+    """Default sampling parameters of every request (a workload may override per request)."""
+
+    name: str = MISSING
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # <= 0: off
+    top_p: float = 1.0  # 1: off; must be in (0, 1]
+    seed: int = 0  # base seed; request i uses seed + i
+    guided_decoding: Optional[str] = None  # e.g. "json"; not supported with rejection
+
+
+# --------------------------------------------------------------------------- rejection
+@dataclass
+class RejectionConfig:
+    mode: str = "auto"  # auto | on | off
+    backend: str = "auto"  # auto | torch | flashinfer
+
+
+# --------------------------------------------------------------------------- parallelism
+@dataclass
+class ParallelismConfig:
+    name: str = "single"
+    tp: int = 1  # tensor parallel ranks
+    dp: int = 1  # attention data parallel ranks
+    cp: int = 1  # context parallel ranks
+
+
+# --------------------------------------------------------------------------- model
+@dataclass
+class ModelConfig:
+    name: str = "smollm2_135m"
+    path: Optional[str] = None  # HF directory or .gguf file; None: the embedded default
+    dtype: str = "float32"  # float32 | bfloat16
+    device: str = "auto"  # auto | cpu | cuda
+    chat_template: bool = True
+
+
+@dataclass
+class HfModelConfig(ModelConfig):
+    """``model=hf``: your own checkpoint; ``path`` is required (checked by ``resolve``:
+    a ``???`` here would be lost, OmegaConf merges never replace a value with MISSING)."""
+
+    name: str = "hf"
+
+
+# --------------------------------------------------------------------------- workload
+@dataclass
+class WorkloadConfig:
+    name: str = "quick"
+    source: str = "builtin"  # builtin | mt_bench | jsonl | repetitive
+    path: Optional[str] = None  # for source=jsonl (and an override of the mt_bench file)
+    num_prompts: int = 4  # <= 0: all
+    max_new_tokens: int = 64
+    stop: list[str] = field(default_factory=list)
+    # Optional per-request sampler overrides cycled over requests, e.g.
+    # [{temperature: 0.0}, {temperature: 1.0, top_k: 20}]
+    sampler_mix: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- engine
+@dataclass
+class EngineConfig:
+    max_batch_size: int = 1
+    max_seq_len: int = 1024
+    prefill_chunk: int = 512  # tokens of one request's prompt per step; <= 0: no chunking
+
+
+@dataclass
+class RunConfig:
+    method: MethodConfig = MISSING
+    sampler: SamplerConfig = MISSING
+    rejection: RejectionConfig = MISSING
+    parallelism: ParallelismConfig = MISSING
+    model: ModelConfig = MISSING
+    workload: WorkloadConfig = MISSING
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    output_dir: Optional[str] = None  # None: Hydra's run directory
+    skip_if_done: bool = False  # skip a job whose results.json already exists (sweep re-runs)
+    dry_run: bool = False  # validate and write the effective config, but do not load models

@@ -1,0 +1,60 @@
+"""Registers the typed schema in Hydra's ConfigStore; the only ConfigStore user.
+
+Every ``conf/<group>/<option>.yaml`` extends one schema stored here as ``base_<key>``:
+method options extend ``base_<method>`` (one dataclass per method), ``model=hf`` extends
+``base_hf`` (its path is required), every other option ``base_<group>``;
+``conf/config.yaml`` extends ``base_config`` (``RunConfig``).
+Call ``register_configs()`` before composing (the CLI and the test conftest do).
+"""
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+
+from specdec_cli.config.schema import (
+    DflashMethodConfig,
+    DraftTargetMethodConfig,
+    Eagle3MethodConfig,
+    HfModelConfig,
+    MethodConfig,
+    ModelConfig,
+    MtpMethodConfig,
+    NgramMethodConfig,
+    NoneMethodConfig,
+    ParallelismConfig,
+    PardMethodConfig,
+    RejectionConfig,
+    RunConfig,
+    SamplerConfig,
+    SuffixMethodConfig,
+    WorkloadConfig,
+)
+
+METHOD_SCHEMAS: dict[str, type[MethodConfig]] = {
+    "none": NoneMethodConfig,
+    "draft_target": DraftTargetMethodConfig,
+    "mtp": MtpMethodConfig,
+    "eagle3": Eagle3MethodConfig,
+    "pard": PardMethodConfig,
+    "dflash": DflashMethodConfig,
+    "ngram": NgramMethodConfig,
+    "suffix": SuffixMethodConfig,
+}
+
+# group -> {key: schema}, each stored as ``base_<key>`` in that group
+SCHEMAS: dict[str, dict[str, type]] = {
+    "method": dict(METHOD_SCHEMAS),
+    "sampler": {"sampler": SamplerConfig},
+    "rejection": {"rejection": RejectionConfig},
+    "parallelism": {"parallelism": ParallelismConfig},
+    "model": {"model": ModelConfig, "hf": HfModelConfig},
+    "workload": {"workload": WorkloadConfig},
+}
+
+
+def register_configs() -> None:
+    """Store the root schema and one schema per group option (idempotent)."""
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=RunConfig)
+    for group, schemas in SCHEMAS.items():
+        for key, node in schemas.items():
+            store.store(group=group, name=f"base_{key}", node=node)

@@ -1,0 +1,24 @@
+"""Drafters: one file per method, registered by name in ``DRAFTERS``.
+
+Importing this package registers every built-in method; ``build_drafter`` is the only
+place that turns a method config into a drafter.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from specdec_cli.drafters import draft_target, ngram, suffix  # noqa: F401  (registration)
+from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+
+__all__ = ["DRAFTERS", "Drafter", "DrafterDeps", "DraftRequest", "Proposal", "build_drafter"]
+
+
+@DRAFTERS.register("none")
+def build_none(cfg, deps: DrafterDeps) -> None:
+    """method=none: no drafter; every verify step is a plain decode step."""
+    return None
+
+
+def build_drafter(cfg, deps: DrafterDeps) -> Optional[Drafter]:
+    """The drafter registered for ``cfg.name`` (None for method=none)."""
+    return DRAFTERS.get(cfg.name)(cfg, deps)

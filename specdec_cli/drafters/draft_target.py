@@ -1,0 +1,96 @@
+"""Draft-target: a separate small model with the target's tokenizer drafts K tokens.
+
+Step form: K sequential forwards of the draft model, each drawing one token from the
+request's filtered draft distribution (``draft_policy=sample``, q = that distribution) or
+taking its argmax (``draft_policy=argmax``, q = one-hot). The draft keeps its own slot KV
+cache; before drafting it rewinds to the longest prefix it shares with the committed
+sequence (rejected drafts drop out) and feeds the rest.
+
+``self_speculative_layers=N`` drafts with the target's own first N layers, final norm and
+LM head (no training, no extra weights).
+"""
+from __future__ import annotations
+
+import torch
+
+from specdec_cli.config.schema import DraftTargetMethodConfig
+from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+from specdec_cli.errors import ConfigError
+from specdec_cli.models import Transformer, load_model
+from specdec_cli.sampling import probs_from_logits, sample_from_probs
+
+
+class ModelDrafter(Drafter):
+    """Step-form drafter around any causal LM sharing the target's vocabulary."""
+
+    form = "step"
+    has_proposal_distribution = True
+
+    def __init__(self, model: Transformer, *, num_slots: int, max_seq_len: int, policy: str) -> None:
+        self.model = model
+        self.cache = model.new_cache(num_slots, max_seq_len)
+        self.cached_tokens: dict[int, list[int]] = {}
+        self.policy = policy
+        self.draft_vocab_size = model.arch.vocab_size
+
+    def add_request(self, slot: int, prompt_ids: list[int]) -> None:
+        self.cache.rewind(slot, 0)
+        self.cached_tokens[slot] = []
+
+    def remove_request(self, slot: int, token_ids: list[int]) -> None:
+        self.cache.rewind(slot, 0)
+        self.cached_tokens.pop(slot, None)
+
+    def _catch_up(self, requests: list[DraftRequest]) -> list[torch.Tensor]:
+        """Rewind each slot to the prefix it shares with the committed tokens; return the rest."""
+        feeds = []
+        for req in requests:
+            cached = self.cached_tokens.setdefault(req.slot, [])
+            shared = 0
+            limit = min(len(cached), len(req.token_ids) - 1)  # always re-feed the last token
+            while shared < limit and cached[shared] == req.token_ids[shared]:
+                shared += 1
+            self.cache.rewind(req.slot, shared)
+            del cached[shared:]
+            feeds.append(req.token_ids[shared:])
+        return [torch.tensor(f, dtype=torch.int64) for f in feeds]
+
+    @torch.inference_mode()
+    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
+        slots = [r.slot for r in requests]
+        feeds = self._catch_up(requests)
+        temperature = torch.tensor([r.temperature for r in requests], dtype=torch.float32)
+        top_k = torch.tensor([r.top_k for r in requests], dtype=torch.int64)
+        top_p = torch.tensor([r.top_p for r in requests], dtype=torch.float32)
+        if self.policy == "argmax":
+            temperature = torch.zeros_like(temperature)
+        generators = [r.generator for r in requests]
+        tokens = torch.zeros(len(requests), k, dtype=torch.int64)
+        draft_probs = torch.empty(len(requests), k, self.draft_vocab_size, dtype=torch.float32)
+        for step in range(k):
+            logits = self.model(self.cache, slots, feeds, logits_for="last").logits
+            for req, fed in zip(requests, feeds):
+                self.cached_tokens[req.slot].extend(fed.tolist())
+            draft_probs[:, step] = probs_from_logits(logits.float(), temperature, top_k, top_p)
+            tokens[:, step] = sample_from_probs(draft_probs[:, step], generators)
+            feeds = [tokens[row, step : step + 1] for row in range(len(requests))]
+        return Proposal(tokens=tokens, draft_probs=draft_probs, num_drafts=[k] * len(requests))
+
+
+@DRAFTERS.register("draft_target")
+def build_draft_target(cfg: DraftTargetMethodConfig, deps: DrafterDeps) -> Drafter:
+    if cfg.self_speculative_layers is not None:
+        model = deps.target.truncated(cfg.self_speculative_layers)
+    elif cfg.draft_path is not None:
+        model, _ = load_model(cfg.draft_path, dtype=deps.dtype, device=deps.device)
+        if model.arch.vocab_size != deps.vocab_size:
+            raise ConfigError(
+                [f"method.draft_path={cfg.draft_path}: draft vocabulary {model.arch.vocab_size} "
+                 f"!= target vocabulary {deps.vocab_size} (draft_target needs a shared tokenizer)"]
+            )
+    else:
+        raise ConfigError(
+            ["method=draft_target: no shipped draft for this target yet; set "
+             "method.draft_path=<HF dir or GGUF> or method.self_speculative_layers=<N>"]
+        )
+    return ModelDrafter(model, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len, policy=cfg.draft_policy)

@@ -1,0 +1,1 @@
+"""The speculative decoding engine: requests, scheduling, the step loop, metrics."""

@@ -1,0 +1,146 @@
+"""Attention of one request's queries over explicit keys/values, on CPU and CUDA.
+
+``attend(q, k, v, scale=..., causal=..., mask=...)``: q [n, Hq, D], k/v [KV, L, D] -> [n, Hq, D].
+``causal=True`` means the n queries are the *last* n of the L key positions (a cached prefix
+of L - n keys, then the new tokens): query i sees keys 0 .. L-n+i. ``mask`` [n, L] bool
+(True = may attend) restricts further; ``causal=False`` with no mask is full (block)
+attention, as DFlash-style drafters need over their context plus a draft block.
+GQA: query head h uses KV head h // (Hq / KV), as HF's ``repeat_kv``.
+
+CPU: batched GEMMs with the G query heads of a KV head stacked as rows (no K/V copies), made
+*row-invariant*: a query's output is bitwise the same whether it is decoded alone or verified
+among K+1 tokens, which keeps greedy speculative output equal to greedy autoregressive output.
+GEMM kernels round a block of 1 or 2 rows differently from larger blocks (measured), so
+blocks are padded to ``MIN_ATTN_ROWS`` rows; and P @ V reduces over keys in fixed
+``KEY_CHUNK`` pieces, because the GEMM splits long reductions depending on their length.
+CUDA: flashinfer's single-request kernel when importable (fp16/bf16, no custom mask), else
+torch SDPA with an explicit mask (never ``is_causal`` when the query and key lengths differ).
+"""
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+#: Fewer GEMM rows than this take a differently-rounded kernel path (measured: 1 and 2 rows).
+MIN_ATTN_ROWS = 3
+#: Keys per P @ V piece; longer reductions are blocked by the GEMM depending on their length.
+KEY_CHUNK = 256
+#: Queries per score block on CPU (bounds the [KV, G*rows, L] score buffer for long prefills).
+QUERY_CHUNK = 256
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Softmax attention q [n, Hq, D] over k, v [KV, L, D] -> [n, Hq, D] (see the module docstring)."""
+    if q.device.type == "cuda":
+        return _attend_cuda(q, k, v, scale=scale, causal=causal, mask=mask)
+    n, seq = q.shape[0], k.shape[1]
+    if n <= QUERY_CHUNK:
+        return _attend_cpu(q, k, v, scale=scale, causal=causal, mask=mask)
+    out = torch.empty_like(q)
+    for start in range(0, n, QUERY_CHUNK):
+        end = min(start + QUERY_CHUNK, n)
+        visible = seq - n + end if causal else seq  # causal: later keys are masked for this block anyway
+        out[start:end] = _attend_cpu(
+            q[start:end],
+            k[:, :visible],
+            v[:, :visible],
+            scale=scale,
+            causal=causal,
+            mask=None if mask is None else mask[start:end, :visible],
+        )
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def causal_bias(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive bias [n, n] over the last n keys: 0 on/below the diagonal, -inf above. Read-only."""
+    return torch.full((n, n), float("-inf"), dtype=dtype, device=device).triu_(1)
+
+
+def attend_batch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, bias: torch.Tensor) -> torch.Tensor:
+    """B requests with n queries each: q [B, n, Hq, D] over k, v [B, KV, L, D] -> [B, n, Hq, D].
+
+    ``bias`` [B, n, L] is additive (-inf = blocked), e.g. each request's causal limit when the
+    requests' cached lengths differ. Row-invariant like ``attend`` (keys past a request's limit
+    get probability exactly 0), so a request's output equals ``attend`` on it alone.
+    """
+    return _attend_rows(q, k, v, scale=scale, bias=bias, mask=None)
+
+
+def _attend_cpu(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal: bool, mask: torch.Tensor | None
+) -> torch.Tensor:
+    n = q.shape[0]
+    bias = causal_bias(n, q.dtype, q.device)[None] if causal and n > 1 else None
+    return _attend_rows(q[None], k[None], v[None], scale=scale, bias=bias, mask=mask)[0]
+
+
+def _attend_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    bias: torch.Tensor | None,
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """q [B, n, Hq, D], k/v [B, KV, L, D]; bias [B|1, n, Lb] added to the last Lb keys; mask [n, L]."""
+    b, n, num_heads, head_dim = q.shape
+    num_kv, seq = k.shape[1], k.shape[2]
+    groups = num_heads // num_kv
+    n_pad = max(n, -(-MIN_ATTN_ROWS // groups))  # padded query rows are zeros; their output is dropped
+    shape = (b, num_kv, n_pad, groups, head_dim)
+    qg = q.new_zeros(shape) if n_pad > n else q.new_empty(shape)
+    qg[:, :, :n] = q.view(b, n, num_kv, groups, head_dim).transpose(1, 2)
+    keys = k.reshape(b * num_kv, seq, head_dim)  # a view for one slot or adjacent slots
+    values = v.reshape(b * num_kv, seq, head_dim)
+    scores = torch.bmm(qg.view(b * num_kv, n_pad * groups, head_dim), keys.transpose(1, 2)).mul_(scale)
+    rows = scores.view(b, num_kv, n_pad, groups, seq)[:, :, :n]
+    if bias is not None:
+        rows[..., seq - bias.shape[-1] :].add_(bias[:, None, :, None, :])
+    if mask is not None:
+        rows.masked_fill_(~mask[:, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    out = torch.bmm(probs[:, :, :KEY_CHUNK], values[:, :KEY_CHUNK])
+    for start in range(KEY_CHUNK, seq, KEY_CHUNK):
+        out.baddbmm_(probs[:, :, start : start + KEY_CHUNK], values[:, start : start + KEY_CHUNK])
+    return out.view(shape)[:, :, :n].transpose(1, 2).reshape(b, n, num_heads, head_dim)
+
+
+def _attend_cuda(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal: bool, mask: torch.Tensor | None
+) -> torch.Tensor:
+    flashinfer = _flashinfer()
+    if flashinfer is not None and mask is None and q.dtype in (torch.float16, torch.bfloat16):
+        # q is [n, Hq, D] ("NHD"); the cache slices are [KV, L, D] ("HND"); causal is bottom-right aligned
+        return flashinfer.single_prefill_with_kv_cache(q, k, v, causal=causal, kv_layout="HND", sm_scale=scale)
+    n, seq = q.shape[0], k.shape[1]
+    allowed = mask
+    if causal and n > 1:
+        allowed = torch.ones(n, seq, dtype=torch.bool, device=q.device).tril_(seq - n)
+        allowed = allowed if mask is None else allowed & mask
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k[None], v[None], attn_mask=allowed, scale=scale, enable_gqa=True
+    )
+    return out[0].transpose(0, 1)
+
+
+@functools.cache
+def _flashinfer() -> ModuleType | None:
+    """flashinfer if importable (optional GPU extra), imported on first CUDA use only."""
+    try:
+        import flashinfer
+    except ImportError:
+        return None
+    return flashinfer

@@ -1,0 +1,18 @@
+"""Errors raised by the model runtime; each message names what to fix (file, tensor, slot, length)."""
+from __future__ import annotations
+
+
+class ModelError(Exception):
+    """Base class of every error raised by ``specdec_cli.models``."""
+
+
+class ModelLoadError(ModelError):
+    """A checkpoint could not be loaded: missing file, bad tensor shape, unsupported architecture."""
+
+
+class CacheFullError(ModelError):
+    """``KVCache.allocate`` found no free slot."""
+
+
+class CacheOverflowError(ModelError):
+    """A forward would write past a slot's ``max_len``."""

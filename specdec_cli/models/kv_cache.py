@@ -1,0 +1,88 @@
+"""Slot KV cache: one preallocated buffer per layer, one row (slot) per live request.
+
+Layout per layer: ``k[layer]``, ``v[layer]`` = [num_slots, num_kv_heads, max_len, head_dim].
+Slot ``s`` holds ``length(s)`` committed entries at positions ``0 .. length(s)-1``; entries
+past the length are never read, so ``rewind`` and ``free`` only move the host-side length
+(no device work, no sync) and a reused slot cannot see its previous owner's keys.
+Lengths live on the host: the model reads them to place new tokens without a device sync.
+"""
+from __future__ import annotations
+
+import torch
+
+from specdec_cli.models.errors import CacheFullError, CacheOverflowError
+
+
+class KVCache:
+    """Preallocated per-slot key/value storage for a stack of attention layers."""
+
+    def __init__(
+        self,
+        *,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        num_slots: int,
+        max_len: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        if num_slots < 1 or max_len < 1:
+            raise ValueError(f"KVCache needs num_slots >= 1 and max_len >= 1, got {num_slots}, {max_len}")
+        self.num_layers, self.num_slots, self.max_len = num_layers, num_slots, max_len
+        shape = (num_layers, num_slots, num_kv_heads, max_len, head_dim)
+        # zeros, not empty: padded/batched kernels may read past a length and must never meet NaN garbage
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self._lengths = [0] * num_slots
+        self._free = list(range(num_slots - 1, -1, -1))  # pop() hands out the lowest slot first
+
+    def allocate(self) -> int:
+        """Reserve a free slot (length 0) and return its index."""
+        if not self._free:
+            raise CacheFullError(f"KV cache full: all {self.num_slots} slots are in use; free a slot or add slots")
+        slot = self._free.pop()
+        self._lengths[slot] = 0
+        return slot
+
+    def free(self, slot: int) -> None:
+        """Return ``slot`` to the pool; its length becomes 0."""
+        self._check_slot(slot)
+        if slot in self._free:
+            raise ValueError(f"slot {slot} is already free")
+        self._lengths[slot] = 0
+        self._free.append(slot)
+        self._free.sort(reverse=True)
+
+    def length(self, slot: int) -> int:
+        """Committed tokens in ``slot`` (a host int)."""
+        return self._lengths[slot]
+
+    def rewind(self, slot: int, new_length: int) -> None:
+        """Drop the entries at positions >= ``new_length`` (e.g. rejected drafts)."""
+        self._check_slot(slot)
+        if not 0 <= new_length <= self._lengths[slot]:
+            raise ValueError(f"cannot rewind slot {slot} from length {self._lengths[slot]} to {new_length}")
+        self._lengths[slot] = new_length
+
+    def check_fits(self, slot: int, extra_tokens: int) -> None:
+        """Raise ``CacheOverflowError`` unless ``extra_tokens`` more entries fit in ``slot``."""
+        self._check_slot(slot)
+        if self._lengths[slot] + extra_tokens > self.max_len:
+            raise CacheOverflowError(
+                f"slot {slot}: {self._lengths[slot]} cached + {extra_tokens} new tokens exceed "
+                f"max_len={self.max_len}; finish the request or create the cache with a larger max_len"
+            )
+
+    def advance(self, slot: int, num_tokens: int) -> None:
+        """Commit ``num_tokens`` entries just written past the current length (used by the model)."""
+        self.check_fits(slot, num_tokens)
+        self._lengths[slot] += num_tokens
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Key and value buffers of one layer, each [num_slots, num_kv_heads, max_len, head_dim]."""
+        return self.k[index], self.v[index]
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < self.num_slots:
+            raise IndexError(f"slot {slot} out of range (cache has {self.num_slots} slots)")

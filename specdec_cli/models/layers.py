@@ -1,0 +1,178 @@
+"""Building blocks of a Llama-family decoder, reusable by drafters with their own caches.
+
+Shapes: T = new tokens in the flattened ragged batch, H = hidden size, Hq/KV = query/KV
+heads, D = head dim, L = keys visible to a request (cached prefix + its new tokens).
+
+- ``RaggedBatch``: where each request's rows of the flat [T, ...] batch go in a slot cache,
+  plus their RoPE cos/sin (built once per forward, shared by all layers).
+- ``Attention`` / ``MLP`` / ``DecoderLayer`` / ``RMSNorm``: HF-named modules (q_proj, ...,
+  input_layernorm) so HF state dicts load by name.
+
+Drafters with their own caches call ``DecoderLayer`` with their own ``RaggedBatch`` and
+buffers; those needing other attention patterns (e.g. DFlash: a non-causal block over injected
+context K/V) combine ``Attention.project``, ``attention.attend`` and ``Attention.o_proj``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec_cli.models.arch import ModelArch
+from specdec_cli.models.attention import attend, attend_batch
+from specdec_cli.models.fast_linear import Linear, LinearGroup
+from specdec_cli.models.rope import RotaryTables, apply_rotary
+
+
+class RMSNorm(nn.Module):
+    """y = weight * x / sqrt(mean(x^2) + eps) over the last dim, computed in float32 (as HF)."""
+
+    def __init__(self, size: int, eps: float, *, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+
+
+@dataclass
+class RaggedBatch:
+    """Placement of a ragged batch: request r owns rows ``offsets[r] : offsets[r] + counts[r]`` of
+    the flat batch and writes them to cache slot ``slots[r]`` at positions ``starts[r] ...``.
+
+    slot_ids / positions: [T] each row's slot and position (device tensors, for the K/V writes);
+    cos/sin: [T, 1, D/2] RoPE tables for each row's position.
+    block_bias: [R, n, L] causal limits when several requests bring the same number n of tokens
+    in adjacent ascending slots on CPU (batch decode / verify): attention then runs as one
+    batched call over the slot block; None otherwise (one call per request).
+    """
+
+    slots: list[int]
+    starts: list[int]
+    counts: list[int]
+    offsets: list[int]
+    slot_ids: torch.Tensor
+    positions: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    block_bias: torch.Tensor | None = None
+
+    @classmethod
+    def build(cls, slots: list[int], starts: list[int], counts: list[int], rope: RotaryTables) -> RaggedBatch:
+        """Positions ``starts[r] .. starts[r] + counts[r] - 1`` for each request."""
+        offsets, total = [], 0
+        for n in counts:
+            offsets.append(total)
+            total += n
+        positions = torch.tensor([p for s, n in zip(starts, counts) for p in range(s, s + n)], dtype=torch.int64)
+        slot_ids = torch.tensor([s for s, n in zip(slots, counts) for _ in range(n)], dtype=torch.int64)
+        positions, slot_ids = positions.to(rope.device), slot_ids.to(rope.device)
+        cos, sin = rope.lookup(positions)
+        batch = cls(list(slots), list(starts), list(counts), offsets, slot_ids, positions, cos, sin)
+        if len(slots) > 1 and len(set(counts)) == 1 and list(slots) == list(range(slots[0], slots[0] + len(slots))):
+            if rope.device.type == "cpu":
+                batch.block_bias = _block_bias(starts, counts[0], dtype=rope.dtype)
+        return batch
+
+
+def _block_bias(starts: list[int], n: int, *, dtype: torch.dtype) -> torch.Tensor:
+    """[R, n, L] additive bias: query i of request r sees keys 0 .. starts[r] + i (L = longest request)."""
+    limits = torch.tensor(starts)[:, None] + torch.arange(n)[None, :]
+    keys = torch.arange(max(starts) + n)
+    return torch.zeros(len(starts), n, len(keys), dtype=dtype).masked_fill_(keys > limits[..., None], float("-inf"))
+
+
+class Attention(nn.Module):
+    """GQA self-attention with RoPE, optional q/k RMSNorm (Qwen3) and q/k/v/o biases."""
+
+    def __init__(self, arch: ModelArch, *, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        hq, hkv = arch.num_heads * arch.head_dim, arch.num_kv_heads * arch.head_dim
+        kw = dict(dtype=dtype, device=device)
+        self.num_heads, self.num_kv_heads, self.head_dim = arch.num_heads, arch.num_kv_heads, arch.head_dim
+        self.scale = arch.head_dim**-0.5
+        self.q_proj = Linear(arch.hidden_size, hq, arch.attention_bias, **kw)
+        self.k_proj = Linear(arch.hidden_size, hkv, arch.attention_bias, **kw)
+        self.v_proj = Linear(arch.hidden_size, hkv, arch.attention_bias, **kw)
+        self.o_proj = Linear(hq, arch.hidden_size, arch.o_proj_bias, **kw)
+        self.q_norm = RMSNorm(arch.head_dim, arch.rms_norm_eps, **kw) if arch.qk_norm else None
+        self.k_norm = RMSNorm(arch.head_dim, arch.rms_norm_eps, **kw) if arch.qk_norm else None
+        self.qkv = LinearGroup(self.q_proj, self.k_proj, self.v_proj)
+
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [T, H] -> q [T, Hq, D], k [T, KV, D] (normed if Qwen3, then rotated), v [T, KV, D]."""
+        t = x.shape[0]
+        q, k, v = self.qkv(x)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+
+    def forward(
+        self, x: torch.Tensor, batch: RaggedBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        """x [T, H] -> [T, H]; writes each request's new K/V into its slot of k_cache/v_cache
+        ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them."""
+        q, k, v = self.project(x, batch.cos, batch.sin)
+        # one scatter per buffer: [slots, max_len, KV, D] views, indexed by (slot, position) per row
+        k_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = k
+        v_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = v
+        if batch.block_bias is not None:
+            first, count, (n, seq) = batch.slots[0], len(batch.slots), batch.block_bias.shape[1:]
+            out = attend_batch(
+                q.view(count, n, self.num_heads, self.head_dim),
+                k_cache[first : first + count, :, :seq],
+                v_cache[first : first + count, :, :seq],
+                scale=self.scale,
+                bias=batch.block_bias,
+            )
+            return self.o_proj(out.reshape(x.shape[0], -1))
+        out = q.new_empty(q.shape)
+        for slot, start, n, off in zip(batch.slots, batch.starts, batch.counts, batch.offsets):
+            end = start + n
+            out[off : off + n] = attend(
+                q[off : off + n], k_cache[slot, :, :end], v_cache[slot, :, :end], scale=self.scale, causal=True
+            )
+        return self.o_proj(out.view(x.shape[0], -1))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, arch: ModelArch, *, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        kw = dict(dtype=dtype, device=device)
+        self.gate_proj = Linear(arch.hidden_size, arch.intermediate_size, arch.mlp_bias, **kw)
+        self.up_proj = Linear(arch.hidden_size, arch.intermediate_size, arch.mlp_bias, **kw)
+        self.down_proj = Linear(arch.intermediate_size, arch.hidden_size, arch.mlp_bias, **kw)
+        self.gate_up = LinearGroup(self.gate_proj, self.up_proj)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up(x)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h))."""
+
+    def __init__(self, arch: ModelArch, *, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
+        kw = dict(dtype=dtype, device=device)
+        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, **kw)
+        self.self_attn = Attention(arch, **kw)
+        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, **kw)
+        self.mlp = MLP(arch, **kw)
+
+    def forward(
+        self, x: torch.Tensor, batch: RaggedBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        """x [T, H] -> [T, H] (the residual stream after this layer)."""
+        h = x + self.self_attn(self.input_layernorm(x), batch, k_cache, v_cache)
+        return h + self.mlp(self.post_attention_layernorm(h))

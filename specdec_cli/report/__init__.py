@@ -1,0 +1,1 @@
+"""Results files, tables and plots."""

@@ -1,0 +1,142 @@
+"""Acceptance rules: (drafts, target) -> (tokens [B, K+1] padded with -1, num_emitted [B]).
+
+Every rule emits the accepted draft prefix followed by exactly one more token, so num_emitted is in 1..K+1.
+All rules are vectorised over batch and positions and never synchronise with the host.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from specdec_cli.sampling.draws import draw_uniforms, sample_target_or_residual
+from specdec_cli.sampling.probs import SamplingError
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def strict_accept(draft_tokens: torch.Tensor, target_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """draft_tokens [B, K], target_tokens [B, K+1] -> (tokens [B, K+1], num_emitted [B]).
+
+    Accept drafts while they equal the target token at their position; then emit the target token at the
+    first mismatch (or the bonus target token K when all match). Lossless when target_tokens are target samples.
+    """
+    _check_tokens(draft_tokens, target_tokens)
+    num_accepted = _accepted_prefix(draft_tokens == target_tokens[:, :-1])
+    return _emit(draft_tokens, num_accepted, target_tokens.gather(1, num_accepted[:, None])[:, 0])
+
+
+def greedy_accept(draft_tokens: torch.Tensor, target_scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """All-greedy fast path: target logits or probs [B, K+1, V] -> strict acceptance against their argmax."""
+    return strict_accept(draft_tokens, target_scores.argmax(dim=-1))
+
+
+def relaxed_accept(
+    draft_tokens: torch.Tensor,
+    target_probs: torch.Tensor,
+    target_tokens: torch.Tensor,
+    relaxed_topk: int,
+    relaxed_delta: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MTP "thinking-phase" relaxed acceptance. LOSSY: the output is not distributed as the target.
+
+    Draft i [B, K] is accepted if it equals target_tokens[:, i] [B, K+1], or if it is among the target's
+    top-``relaxed_topk`` at position i (fewer than relaxed_topk tokens are strictly more probable, so
+    boundary ties count as inside) and ``target_probs[:, i, draft] >= top1_prob - relaxed_delta``.
+    Stops at the first failure and emits target_tokens there (or the bonus target token K).
+    """
+    if relaxed_topk < 1 or relaxed_delta < 0:
+        raise SamplingError(f"need relaxed_topk >= 1 and relaxed_delta >= 0, got {relaxed_topk}, {relaxed_delta}")
+    _check_tokens(draft_tokens, target_tokens)
+    scored = target_probs[:, :-1]
+    draft_prob = scored.gather(-1, draft_tokens[..., None])
+    num_more_probable = (scored > draft_prob).sum(dim=-1)
+    near_top = draft_prob[..., 0] >= scored.amax(dim=-1) - relaxed_delta
+    accepted = (draft_tokens == target_tokens[:, :-1]) | ((num_more_probable < relaxed_topk) & near_top)
+    num_accepted = _accepted_prefix(accepted)
+    return _emit(draft_tokens, num_accepted, target_tokens.gather(1, num_accepted[:, None])[:, 0])
+
+
+def rejection_sample(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    generator: Optional[torch.Generator] = None,
+    *,
+    generators: Optional[list[Optional[torch.Generator]]] = None,
+    uniforms: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Leviathan/Chen speculative sampling: the emitted tokens are distributed exactly as the target.
+
+    target_probs [B, K+1, V], draft_probs [B, K, V] (what each draft was drawn from), draft_tokens [B, K]
+    int64 target ids -> (tokens [B, K+1] int64 padded with -1, num_emitted [B] int64 in 1..K+1).
+
+    Draft i is accepted iff ``u_i * draft_probs[i, d_i] < target_probs[i, d_i]`` (strict, float64: a draft
+    the target gives 0 is never accepted, even with u_i == 0). At the first rejection the recovered token is
+    drawn from normalize(max(target - draft, 0)) at that position (from the target row if that residual is
+    numerically empty); when all K are accepted the bonus token is drawn from target row K.
+
+    Randomness: K+1 float64 uniforms per row (K tests, then the recovered/bonus draw), from ``generator``
+    (one stream for the batch) or ``generators`` (one per row, None = default RNG; batch-invariant).
+    ``uniforms`` injects them instead: [B, K+1], or [B, K] with the final draw still taken from the generators.
+    """
+    batch, positions, vocab = target_probs.shape
+    k = positions - 1
+    if k < 0 or draft_probs.shape != (batch, k, vocab) or draft_tokens.shape != (batch, k):
+        raise SamplingError(
+            f"need target_probs [B, K+1, V], draft_probs [B, K, V], draft_tokens [B, K]; got "
+            f"{tuple(target_probs.shape)}, {tuple(draft_probs.shape)}, {tuple(draft_tokens.shape)}"
+        )
+    if generator is not None and generators is not None:
+        raise SamplingError("pass either one generator or per-row generators, not both")
+    device = target_probs.device
+    source = generators if generators is not None else generator
+    if uniforms is None:
+        uniforms = draw_uniforms((k + 1,), source, num_rows=batch, device=device)
+    elif uniforms.shape == (batch, k):
+        final = draw_uniforms((1,), source, num_rows=batch, device=device)
+        uniforms = torch.cat([uniforms.to(device, torch.float64), final], dim=1)
+    elif uniforms.shape != (batch, k + 1):
+        raise SamplingError(f"uniforms must be [B, K] or [B, K+1], got {tuple(uniforms.shape)}")
+    uniforms = uniforms.to(device, torch.float64)
+
+    draft_tokens = draft_tokens.long()
+    ids = draft_tokens[..., None]
+    target_at_draft = target_probs[:, :k].gather(-1, ids)[..., 0].double()
+    draft_at_draft = draft_probs.gather(-1, ids)[..., 0].double()
+    num_accepted = _accepted_prefix(uniforms[:, :k] * draft_at_draft < target_at_draft)
+    if k == 0:
+        final = sample_target_or_residual(target_probs, num_accepted, uniforms[:, k])
+    else:
+        final = sample_target_or_residual(
+            target_probs,
+            num_accepted,
+            uniforms[:, k],
+            draft_probs=draft_probs,
+            draft_row=num_accepted.clamp(max=k - 1),
+            use_residual=num_accepted < k,
+        )
+    return _emit(draft_tokens, num_accepted, final)
+
+
+def _check_tokens(draft_tokens: torch.Tensor, target_tokens: torch.Tensor) -> None:
+    batch, k = draft_tokens.shape
+    if target_tokens.shape != (batch, k + 1):
+        raise SamplingError(f"target_tokens must be [{batch}, {k + 1}], got {tuple(target_tokens.shape)}")
+
+
+def _accepted_prefix(accepted: torch.Tensor) -> torch.Tensor:
+    """accepted [B, K] bool -> length of the all-true prefix [B] int64."""
+    return accepted.long().cumprod(dim=1).sum(dim=1)
+
+
+def _emit(
+    draft_tokens: torch.Tensor, num_accepted: torch.Tensor, final_tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accepted draft prefix, then final_tokens [B] at column num_accepted, then -1 padding."""
+    columns = torch.arange(draft_tokens.shape[1] + 1, device=draft_tokens.device)
+    padded = F.pad(draft_tokens.long(), (0, 1), value=PLACEHOLDER_TOKEN_ID)
+    tokens = torch.where(columns < num_accepted[:, None], padded, PLACEHOLDER_TOKEN_ID)
+    tokens.scatter_(1, num_accepted[:, None], final_tokens.long()[:, None])
+    return tokens, num_accepted + 1

@@ -1,0 +1,155 @@
+"""Random draws with per-row streams: uniforms and inverse-CDF sampling.
+
+Each row consumes a fixed number of float64 uniforms from its own generator, so a seeded row's draws depend
+only on its generator and its own probabilities, never on the rest of the batch. A token is drawn by inverse
+CDF with one uniform: ``token = first j with cumsum(w)[j] > u * sum(w)``. A one-hot row therefore returns
+its argmax exactly and a zero-weight token is never returned. The cumulative sums are float64, so tokens far
+below float32 resolution keep their mass.
+
+The scan is two-level so that the rows are read from memory once: a first pass over the vocabulary (in
+cache-sized blocks on CPU) computes the mass of every 256-token chunk, the uniform picks a chunk, and only
+that chunk is re-read to pick the token.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+
+from specdec_cli.sampling.probs import SamplingError
+
+Generators = Union[torch.Generator, Sequence[Optional[torch.Generator]], None]
+"""None (the default RNG), one generator for the whole batch, or one (possibly None) generator per row."""
+
+# Two-level scan on CPU: pass 1 reads CPU_BLOCK columns per step and sums them per CPU_CHUNK columns.
+# Both are fixed (never derived from the batch size), so a row's draw never depends on the rest of the
+# batch. On accelerators one block and one chunk span the whole vocabulary.
+CPU_BLOCK = 4096
+CPU_CHUNK = 256
+
+
+def draw_uniforms(
+    shape_per_row: tuple[int, ...], generators: Generators, *, num_rows: int, device: torch.device | str
+) -> torch.Tensor:
+    """U[0, 1) float64 of shape [num_rows, *shape_per_row].
+
+    With a per-row list, row i is drawn from ``generators[i]`` alone (the default RNG where it is None),
+    which is what makes seeded rows batch-invariant. One generator or None draws the batch in one call.
+    """
+    shape = (num_rows, *shape_per_row)
+    if generators is None or isinstance(generators, torch.Generator):
+        return torch.rand(shape, generator=generators, dtype=torch.float64, device=device)
+    if len(generators) != num_rows:
+        raise SamplingError(f"got {len(generators)} generators for {num_rows} rows")
+    uniforms = torch.rand(shape, dtype=torch.float64, device=device)
+    for row, generator in enumerate(generators):
+        if generator is not None:
+            uniforms[row] = torch.rand(shape_per_row, generator=generator, dtype=torch.float64, device=device)
+    return uniforms
+
+
+def sample_from_probs(probs: torch.Tensor, generators: Generators = None) -> torch.Tensor:
+    """probs [N, V] (non-negative, need not be normalised) -> tokens [N] int64, one uniform per row."""
+    if probs.dim() != 2:
+        raise SamplingError(f"probs must be [N, V], got {tuple(probs.shape)}")
+    num_rows = probs.shape[0]
+    uniforms = draw_uniforms((), generators, num_rows=num_rows, device=probs.device)
+    first_row = torch.zeros(num_rows, dtype=torch.int64, device=probs.device)
+    return sample_target_or_residual(probs[:, None, :], first_row, uniforms)
+
+
+def sample_target_or_residual(
+    target_probs: torch.Tensor,
+    target_row: torch.Tensor,
+    uniforms: torch.Tensor,
+    draft_probs: Optional[torch.Tensor] = None,
+    draft_row: Optional[torch.Tensor] = None,
+    use_residual: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """One inverse-CDF draw per batch entry -> tokens [B] int64.
+
+    target_probs [B, R, V], target_row [B] and uniforms [B] float64: entry b draws from
+    ``target_probs[b, target_row[b]]``. With draft_probs [B, R', V], draft_row [B] and use_residual [B] bool,
+    entries with use_residual draw from the recovery residual ``max(target - draft, 0)`` of those rows
+    instead, or from the target row when the residual is numerically empty (all zero).
+    Contiguous and ``expand``ed inputs are read in place (other layouts are copied once); no host sync.
+    """
+    batch, _, vocab = target_probs.shape
+    device = target_probs.device
+    block, chunk = (min(vocab, CPU_BLOCK), min(vocab, CPU_CHUNK)) if device.type == "cpu" else (vocab, vocab)
+    target = _Rows.of(target_probs, target_row)
+    draft = None if draft_probs is None else _Rows.of(draft_probs, draft_row)
+
+    # Pass 1: float32 masses [B, chunks] of every chunk of the target rows and of the residuals.
+    target_mass, residual_mass = [], []
+    for start in range(0, vocab, block):
+        target_part = target.columns(start, block)
+        target_mass.append(_chunk_sums(target_part, chunk))
+        if draft is not None:
+            draft_part = draft.columns(start, block)
+            residual_part = torch.sub(target_part, draft_part, out=draft_part).clamp_(min=0)
+            residual_mass.append(_chunk_sums(residual_part, chunk))
+    mass = torch.cat(target_mass, dim=-1)
+    residual_on = torch.zeros(batch, dtype=torch.bool, device=device)
+    if draft is not None:
+        residual = torch.cat(residual_mass, dim=-1)
+        residual_on = use_residual & (residual.sum(dim=-1) > 0)
+        mass = torch.where(residual_on[:, None], residual, mass)
+
+    # Pass 2: the uniform picks a chunk, then a token inside it against the chunk's float64 cumulative sum.
+    mass = mass.double()
+    chunk_cdf = mass.cumsum(dim=-1)
+    needle = uniforms * chunk_cdf[:, -1]
+    picked = _first_above(chunk_cdf, needle)
+    rows = torch.arange(batch, device=device)
+    mass_before = F.pad(chunk_cdf, (1, 0))[rows, picked]
+    fraction = (needle - mass_before) / mass[rows, picked].clamp(min=torch.finfo(torch.float64).tiny)
+    # A last, partial chunk is read as the chunk-wide window ending at V, the chunk before it zeroed.
+    start = (picked * chunk).clamp(max=vocab - chunk)
+    before_chunk = start[:, None] + torch.arange(chunk, device=device) < picked[:, None] * chunk
+    weights = target.window(start, chunk).double()
+    if draft is not None:
+        draft_window = draft.window(start, chunk).double()
+        weights = torch.where(residual_on[:, None], (weights - draft_window).clamp_(min=0), weights)
+    cdf = weights.masked_fill_(before_chunk, 0.0).cumsum(dim=-1)
+    return start + _first_above(cdf, fraction * cdf[:, -1])
+
+
+class _Rows(NamedTuple):
+    """Row b of a [B, R, V] tensor at position row[b], read without materialising the rows."""
+
+    flat: torch.Tensor  # [B * R, V], a view for contiguous and expanded layouts
+    index: torch.Tensor  # [B] row of batch entry b in `flat`
+
+    @classmethod
+    def of(cls, probs: torch.Tensor, row: torch.Tensor) -> "_Rows":
+        batch, positions, vocab = probs.shape
+        return cls(probs.reshape(batch * positions, vocab), torch.arange(batch, device=probs.device) * positions + row)
+
+    def columns(self, start: int, width: int) -> torch.Tensor:
+        """Columns start .. start + width of every row -> a fresh [B, <= width] tensor."""
+        return self.flat[:, start : start + width].index_select(0, self.index)
+
+    def window(self, start: torch.Tensor, width: int) -> torch.Tensor:
+        """Columns start[b] .. start[b] + width of row b -> a fresh [B, width] tensor."""
+        return self.flat.unfold(-1, width, 1)[self.index, start]
+
+
+def _chunk_sums(part: torch.Tensor, chunk: int) -> torch.Tensor:
+    """part [B, W] -> sums over consecutive chunks of `chunk` columns [B, ceil(W / chunk)]."""
+    pad = -part.shape[-1] % chunk
+    if pad:  # only the last block of the vocabulary can be ragged
+        part = F.pad(part, (0, pad))
+    return part.view(part.shape[0], part.shape[-1] // chunk, chunk).sum(dim=-1)
+
+
+def _first_above(cdf: torch.Tensor, needle: torch.Tensor) -> torch.Tensor:
+    """cdf [N, M] non-decreasing, needle [N] -> [N]: first index with cdf > needle.
+
+    When rounding puts the needle at or past the total, the last positive-weight index is returned instead
+    (the first index whose cdf reaches the total), so a zero-weight index is never picked.
+    """
+    index = torch.searchsorted(cdf, needle[:, None], right=True)
+    last_positive = torch.searchsorted(cdf, cdf[:, -1:].contiguous(), right=False)
+    return torch.minimum(index, last_positive)[:, 0]

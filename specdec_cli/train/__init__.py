@@ -1,0 +1,1 @@
+"""Self-distillation of drafters: target-generated data, features, training."""

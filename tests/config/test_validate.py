@@ -1,0 +1,209 @@
+"""resolve(): every rule, explicit opt-in vs auto, and all violations reported together."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+import pytest
+
+from specdec_cli.config.compose import compose_config
+from specdec_cli.config.effective import EffectiveConfig
+from specdec_cli.config.hardware import Hardware
+from specdec_cli.config.matrix import MODEL_BASED, PLANNED, RETRIEVAL
+from specdec_cli.config.schema import RunConfig
+from specdec_cli.config.validate import resolve
+from specdec_cli.errors import ConfigError
+
+CPU = Hardware(cuda=False, flashinfer_problem="flashinfer needs a CUDA device")
+GPU = Hardware(cuda=True, flashinfer_problem=None)
+GPU_NO_FLASHINFER = Hardware(cuda=True, flashinfer_problem="flashinfer is not importable")
+METHODS = ("none", *MODEL_BASED, *RETRIEVAL)
+SAMPLERS = ("greedy", "temperature", "topk", "topp", "topk_topp")
+WORKLOADS = ("quick", "mt_bench", "repetitive", "mixed")
+
+
+@functools.cache
+def _config(overrides: tuple[str, ...]) -> RunConfig:
+    return compose_config(list(overrides))
+
+
+def effective(*overrides: str, hw: Hardware = CPU) -> EffectiveConfig:
+    return resolve(_config(overrides), hw)
+
+
+def violations(*overrides: str, hw: Hardware = CPU) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        resolve(_config(overrides), hw)
+    return info.value.violations
+
+
+def _combine(method: str, sampler: str, rejection: str, workload: str) -> RunConfig:
+    """A combination built from cached per-option slices (composing each one is slow)."""
+    return dataclasses.replace(
+        _config(()),
+        method=_config((f"method={method}",)).method,
+        sampler=_config((f"sampler={sampler}",)).sampler,
+        rejection=_config((f"rejection={rejection}",)).rejection,
+        workload=_config((f"workload={workload}",)).workload,
+    )
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_valid_combinations_resolve(method: str) -> None:
+    for sampler in SAMPLERS:
+        for workload in WORKLOADS:
+            for rejection in ("auto", "off"):
+                result = resolve(_combine(method, sampler, rejection, workload), CPU)
+                assert result.rejection == (rejection == "auto" and method in MODEL_BASED)
+                assert result.device == "cpu" and result.backend == "torch"
+            on = _combine(method, sampler, "on", workload)
+            if method in MODEL_BASED:
+                assert resolve(on, CPU).rejection
+            else:
+                with pytest.raises(ConfigError, match=f"method={method} does not support rejection"):
+                    resolve(on, CPU)
+
+
+@pytest.mark.parametrize("method", RETRIEVAL)
+def test_rejection_on_is_refused_for_retrieval_drafters(method: str) -> None:
+    (line,) = violations(f"method={method}", "rejection=on")
+    assert f"method={method}" in line and "rejection sampling" in line and "one-hot q" in line
+
+
+@pytest.mark.parametrize("method", [*RETRIEVAL, "none"])
+def test_rejection_auto_turns_off_silently_with_a_reason(method: str) -> None:
+    result = effective(f"method={method}", "sampler=topk")
+    assert not result.rejection
+    assert any(r.startswith(f"rejection=auto -> off: method={method}") for r in result.reasons)
+
+
+def test_rejection_off_is_strict_acceptance_without_a_reason() -> None:
+    result = effective("method=eagle3", "rejection=off", "sampler=topk")
+    assert not result.rejection and not any("rejection" in r for r in result.reasons)
+
+
+def test_all_greedy_takes_the_fast_path_but_keeps_the_method_support() -> None:
+    greedy = effective("method=eagle3", "sampler=greedy")
+    assert greedy.rejection and greedy.all_greedy
+    assert any("argmax fast path" in r for r in greedy.reasons)
+    mixed = effective("method=eagle3", "workload=mixed")
+    assert mixed.rejection and not mixed.all_greedy
+    assert not effective("method=eagle3", "workload=jsonl", f"workload.path={__file__}").all_greedy
+
+
+def test_relaxed_acceptance_rules() -> None:
+    auto = effective("method=mtp", "method.relaxed_acceptance=true", "sampler=topk")
+    assert auto.relaxed_acceptance and not auto.rejection
+    assert any("relaxed acceptance" in r for r in auto.reasons)
+    (line,) = violations("method=mtp", "method.relaxed_acceptance=true", "rejection=on")
+    assert "rejection sampling cannot be combined with relaxed acceptance" in line
+    (line,) = violations("method=eagle3", "method.relaxed_acceptance=true", "rejection=off")
+    assert "method=eagle3 does not support relaxed acceptance: relaxed (thinking) acceptance is MTP-only" in line
+
+
+def test_guided_decoding_is_refused_and_excludes_rejection() -> None:
+    (line,) = violations("method=eagle3", "sampler.guided_decoding=json", "rejection=off")
+    assert "method=eagle3 does not support guided decoding" in line
+    lines = violations("method=eagle3", "sampler.guided_decoding=json", "rejection=on")
+    assert any("grammar mask changes the target distribution" in line for line in lines)
+
+
+def test_parallelism_rules() -> None:
+    for option in ("tp2", "adp2"):
+        (line,) = violations("method=eagle3", f"parallelism={option}")
+        assert PLANNED in line
+    (line,) = violations("method=eagle3", "parallelism=cp2", "rejection=off")
+    assert "context parallelism" in line and "whole-vocabulary target rows" in line
+    lines = violations("method=eagle3", "parallelism=cp2", "rejection=on")
+    assert any(line.startswith("rejection sampling cannot be combined with context") for line in lines)
+    (line,) = violations("method=none", "parallelism=cp2")
+    assert PLANNED in line
+    assert violations("parallelism.tp=0") == ["parallelism.tp=0 must be >= 1"]
+
+
+def test_backend_resolution() -> None:
+    assert effective("method=eagle3", "sampler=topk", hw=GPU).backend == "flashinfer"
+    fallback = effective("method=eagle3", "sampler=topk", hw=GPU_NO_FLASHINFER)
+    assert fallback.backend == "torch" and "rejection.backend=auto -> torch (flashinfer is not importable)" in fallback.reasons
+    assert effective("method=eagle3", "rejection.backend=flashinfer", hw=GPU).backend == "flashinfer"
+    (line,) = violations("method=eagle3", "rejection.backend=flashinfer")
+    assert line == "rejection.backend=flashinfer is unavailable: flashinfer needs a CUDA device"
+    (line,) = violations("method=ngram", "rejection.backend=flashinfer", hw=GPU)
+    assert line.startswith("method=ngram does not support the flashinfer backend")
+    (line,) = violations("method=eagle3", "rejection=off", "rejection.backend=flashinfer", hw=GPU)
+    assert "rejection sampling is off" in line
+
+
+def test_device_resolution() -> None:
+    assert effective(hw=GPU).device == "cuda"
+    assert "model.device=auto -> cpu (no CUDA)" in effective().reasons
+    assert violations("model.device=cuda") == ["model.device=cuda but no CUDA device is available"]
+    assert "model.device=tpu is not one of: auto, cpu, cuda" in violations("model.device=tpu")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ("method=ngram method.num_draft_tokens=0", "method.num_draft_tokens=0 is out of range for method=ngram (1..16)"),
+        ("method=eagle3 method.num_draft_tokens=17", "out of range for method=eagle3 (1..16)"),
+        ("method=none method.num_draft_tokens=4", "out of range for method=none (0..0)"),
+        ("++method.draft_len_schedule={2:3}", "the smallest batch size (2) must map to method.num_draft_tokens=4, got 3"),
+        ("++method.draft_len_schedule={1:4,8:5}", "method.draft_len_schedule[8]=5 is outside 0..4"),
+        ("++method.draft_len_schedule={1:4,8:-1}", "method.draft_len_schedule[8]=-1 is outside 0..4"),
+        ("++method.draft_len_schedule={0:4}", "batch sizes must be >= 1"),
+        ("method=none ++method.draft_len_schedule={1:0}", "method=none does not support dynamic draft length"),
+        ("method.draft_policy=greedy", "method.draft_policy=greedy is not one of: sample, argmax"),
+        ("method.max_n=1", "method.max_n=1 must be >= method.min_n=2"),
+        ("sampler.top_p=0", "sampler.top_p=0.0 must be in (0, 1]"),
+        ("sampler.top_p=1.5", "sampler.top_p=1.5 must be in (0, 1]"),
+        ("sampler.temperature=-1", "sampler.temperature=-1.0 must be >= 0"),
+        ("sampler.top_k=-1", "sampler.top_k=-1 must be >= 0"),
+        ("model.dtype=float64", "model.dtype=float64 is not one of"),
+        ("model=hf", "model=hf needs model.path="),
+        ("model.path=/nonexistent/model.gguf", "model.path=/nonexistent/model.gguf does not exist"),
+        (f"model.path={__file__}", "must be a HF directory or a .gguf file"),
+        ("workload=jsonl", "workload.source=jsonl needs workload.path="),
+        ("workload=jsonl workload.path=/nonexistent.jsonl", "workload.path=/nonexistent.jsonl does not exist"),
+        (f"workload.path={__file__}", "workload.path is not read by workload.source=builtin"),
+        ("workload.source=web", "workload.source=web is not one of"),
+        ("workload.max_new_tokens=0", "workload.max_new_tokens=0 must be > 0"),
+        ("engine.max_batch_size=0", "engine.max_batch_size=0 must be > 0"),
+        ("engine.max_seq_len=64", "leaves no room for the prompt"),
+        ("rejection.mode=maybe", "rejection.mode=maybe is not one of: auto, on, off"),
+        ("rejection.backend=cuda", "rejection.backend=cuda is not one of: auto, torch, flashinfer"),
+        ("method.name=eagle3", "method.name=eagle3 does not match the chosen option (NgramMethodConfig)"),
+        ("method.name=medusa", "method.name=medusa is not a method"),
+        ("workload.sampler_mix=[{temprature:1.0}]", "workload.sampler_mix[0]: unknown key 'temprature'"),
+        ("workload.sampler_mix=[{top_k:hot}]", "workload.sampler_mix[0].top_k='hot' must be a number"),
+        ("workload.sampler_mix=[{top_p:2.0}]", "workload.sampler_mix[0].top_p=2.0 must be in (0, 1]"),
+        ("workload.sampler_mix=[{max_new_tokens:0}]", "workload.sampler_mix[0].max_new_tokens=0 must be > 0"),
+    ],
+)
+def test_each_rule(overrides: str, expected: str) -> None:
+    lines = violations(*overrides.split())
+    assert any(expected in line for line in lines), lines
+
+
+def test_schedule_is_resolved_and_sorted() -> None:
+    assert effective("method=eagle3").draft_len_schedule == {}  # always num_draft_tokens
+    assert effective("method=none").draft_len_schedule == {}
+    result = effective("method=eagle3", "++method.draft_len_schedule={8:0,1:4,4:2}")
+    assert list(result.draft_len_schedule.items()) == [(1, 4), (4, 2), (8, 0)]
+
+
+def test_every_violation_is_reported_at_once() -> None:
+    lines = violations(
+        "method=ngram", "rejection=on", "sampler.top_p=0", "parallelism=tp2",
+        "workload.max_new_tokens=0", "model.device=cuda", "method.num_draft_tokens=99",
+    )
+    assert len(lines) == 6
+    assert {line.split("=")[0] for line in lines} >= {"method", "sampler.top_p", "model.device"}
+
+
+def test_effective_config_is_json_ready() -> None:
+    record = effective("method=eagle3", "sampler=topk").to_dict()
+    assert set(record) == {
+        "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "reasons",
+    }
+    json.dumps(record)

@@ -1,0 +1,74 @@
+"""The engine on the embedded SmolLM2-135M target (bounded: a few prompts, few tokens)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec_cli.config.schema import (
+    DraftTargetMethodConfig,
+    MethodConfig,
+    NgramMethodConfig,
+    NoneMethodConfig,
+    SuffixMethodConfig,
+)
+from specdec_cli.drafters import build_drafter
+from specdec_cli.drafters.base import DrafterDeps
+from specdec_cli.engine.engine import EngineOptions, SpecEngine
+from specdec_cli.engine.request import Request, SamplingParams
+from specdec_cli.engine.runner import run_requests
+from specdec_cli.engine.workload import encode_prompt, repetitive_prompts
+from specdec_cli.models import load_model
+
+pytestmark = pytest.mark.realmodel
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return load_model(None)
+
+
+def _generate(embedded, method: MethodConfig, prompts: list[str], max_new: int) -> list[list[int]]:
+    model, tokenizer = embedded
+    deps = DrafterDeps(model, 2, 512, model.arch.vocab_size, torch.device("cpu"), torch.float32)
+    engine = SpecEngine(model, build_drafter(method, deps),
+                        EngineOptions(max_batch_size=2, max_seq_len=512, max_draft_len=method.num_draft_tokens))
+    requests = [Request(id=str(i), prompt_token_ids=encode_prompt(tokenizer, p, chat=True),
+                        params=SamplingParams(0.0), max_new_tokens=max_new, eos_token_ids=(tokenizer.eos_token_id,))
+                for i, p in enumerate(prompts)]
+    run_requests(engine, requests)
+    return [r.output_token_ids for r in requests]
+
+
+def test_greedy_speculative_equals_autoregressive_on_the_embedded_model(embedded) -> None:
+    prompts = repetitive_prompts(2)
+    baseline = _generate(embedded, NoneMethodConfig(), prompts, 40)
+    for method in (NgramMethodConfig(), SuffixMethodConfig(use_global_pool=True),
+                   DraftTargetMethodConfig(self_speculative_layers=4, num_draft_tokens=2)):
+        assert _generate(embedded, method, prompts, 40) == baseline, method.name
+
+
+def test_specdec_run_end_to_end(tmp_path: Path) -> None:
+    """`specdec run` on the embedded default writes results.json and outputs.jsonl as documented."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "specdec_cli", "run", "method=ngram", "workload=repetitive",
+           "workload.num_prompts=2", "workload.max_new_tokens=24", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    metrics = results["metrics"]
+    for key in ("acceptance_length", "acceptance_rate", "per_position_acceptance", "generated_tokens",
+                "target_forwards", "wall_s", "tokens_per_s"):
+        assert key in metrics
+    assert results["effective"]["rejection"] is False and results["effective"]["reasons"]
+    assert 1.0 <= metrics["acceptance_length"] <= 5.0
+    rows = [json.loads(line) for line in (out / "outputs.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    assert set(rows[0]) == {"id", "prompt", "prompt_token_ids", "output_token_ids", "output_text", "steps",
+                            "finish_reason"}
+    assert all(0 < len(r["output_token_ids"]) <= 24 for r in rows)
