@@ -147,6 +147,14 @@ def report(rows: list[dict], bandwidth: tuple[float, float], rounds: int, comman
             f"{hf_ms} | {median['reference'] / median['ours']:.1f}x | {hf_ratio} | {row['gbps']:.1f} | "
             f"{100 * row['gbps'] / read_bw:.0f}% | {row['emitted']:.2f} |"
         )
+    lines += [
+        "",
+        "Columns: times are medians per call; GB/s counts the 2 * B * V * 4 bytes of the target and draft rows the",
+        "recovery step must read (the K acceptance tests read only B * K entries); tokens/step is the mean",
+        "num_emitted. hf is batch-1 only, so it is called once per row, and it takes logits (log of the same",
+        "probabilities), so its time includes two softmaxes; it accepts with `r <= p / q` and samples with",
+        "torch.multinomial.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -71,3 +71,27 @@ def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
     console.print(table)
     for reason in effective.reasons:
         console.print(Text(f"  - {reason}"), soft_wrap=True)
+
+
+def print_run_summary(results: dict, output_dir: str) -> None:
+    """The headline numbers of a finished run."""
+    metrics, config = results["metrics"], results["config"]
+    per_position = ", ".join(f"{rate:.2f}" for rate in metrics["per_position_acceptance"]) or "-"
+    rows = {
+        "method": f"{config['method']['name']} (K={config['method']['num_draft_tokens']})",
+        "sampler": config["sampler"]["name"],
+        "acceptance": "rejection sampling" if results["effective"]["rejection"] else "strict",
+        "requests / tokens": f"{metrics['num_requests']} / {metrics['generated_tokens']}",
+        "acceptance length": f"{metrics['acceptance_length']:.2f} tokens per verify step",
+        "acceptance rate": f"{metrics['acceptance_rate']:.1%} of drafts",
+        "per-position acceptance": per_position,
+        "throughput": f"{metrics['tokens_per_s']:.1f} tokens/s ({metrics['wall_s']:.1f} s, "
+        f"{metrics['target_forwards']} target forwards)",
+        "results": output_dir,
+    }
+    if metrics.get("guard_fallbacks"):
+        rows["guard fallbacks"] = str(metrics["guard_fallbacks"])
+    table = Table(title="run summary", show_header=False, title_justify="left")
+    for key, value in rows.items():
+        table.add_row(key, Text(value))
+    console.print(table)

@@ -31,6 +31,7 @@ from specdec_cli.cli.output import (
     error_lines,
     print_effective,
     print_errors,
+    print_run_summary,
 )
 from specdec_cli.config.compose import conf_dir, to_run_config
 from specdec_cli.config.store import register_configs
@@ -122,5 +123,5 @@ def _execute(config: DictConfig) -> dict | None:
     from specdec_cli.engine.runner import run_job  # torch and models load only for real runs
 
     results = run_job(cfg, effective, output_dir)
-    console.print(f"results: {output_dir}", markup=False)
+    print_run_summary(results, str(output_dir))
     return results

@@ -3,8 +3,9 @@
 Each row consumes a fixed number of float64 uniforms from its own generator, so a seeded row's draws depend
 only on its generator and its own probabilities, never on the rest of the batch. A token is drawn by inverse
 CDF with one uniform: ``token = first j with cumsum(w)[j] > u * sum(w)``. A one-hot row therefore returns
-its argmax exactly and a zero-weight token is never returned. The cumulative sums are float64, so tokens far
-below float32 resolution keep their mass.
+its argmax exactly and a zero-weight token is never returned. Chunk masses are float32 sums of at most 256
+tokens and every cumulative sum is float64, so no token loses its mass to rounding (a float32 cumsum over a
+128k vocabulary silently drops tokens below about 6e-8).
 
 The scan is two-level so that the rows are read from memory once: a first pass over the vocabulary (in
 cache-sized blocks on CPU) computes the mass of every 256-token chunk, the uniform picks a chunk, and only
@@ -22,11 +23,12 @@ from specdec_cli.sampling.probs import SamplingError
 Generators = Union[torch.Generator, Sequence[Optional[torch.Generator]], None]
 """None (the default RNG), one generator for the whole batch, or one (possibly None) generator per row."""
 
-# Two-level scan on CPU: pass 1 reads CPU_BLOCK columns per step and sums them per CPU_CHUNK columns.
-# Both are fixed (never derived from the batch size), so a row's draw never depends on the rest of the
-# batch. On accelerators one block and one chunk span the whole vocabulary.
-CPU_BLOCK = 4096
+# Two-level scan on CPU: pass 1 reads blocks of about CPU_BLOCK_ELEMENTS (rows x columns, so that the block
+# stays in cache) and sums them per CPU_CHUNK columns. The chunk is fixed, and a chunk's sum does not depend
+# on the block width, so a row's draw never depends on the rest of the batch. On accelerators one block and
+# one chunk span the whole vocabulary.
 CPU_CHUNK = 256
+CPU_BLOCK_ELEMENTS = 1 << 18
 
 
 def draw_uniforms(
@@ -77,7 +79,7 @@ def sample_target_or_residual(
     """
     batch, _, vocab = target_probs.shape
     device = target_probs.device
-    block, chunk = (min(vocab, CPU_BLOCK), min(vocab, CPU_CHUNK)) if device.type == "cpu" else (vocab, vocab)
+    block, chunk = _scan_widths(batch, vocab, device)
     target = _Rows.of(target_probs, target_row)
     draft = None if draft_probs is None else _Rows.of(draft_probs, draft_row)
 
@@ -114,6 +116,15 @@ def sample_target_or_residual(
         weights = torch.where(residual_on[:, None], (weights - draft_window).clamp_(min=0), weights)
     cdf = weights.masked_fill_(before_chunk, 0.0).cumsum(dim=-1)
     return start + _first_above(cdf, fraction * cdf[:, -1])
+
+
+def _scan_widths(batch: int, vocab: int, device: torch.device) -> tuple[int, int]:
+    """(pass-1 block width, chunk width) in columns; the block is a multiple of the chunk unless it is V."""
+    if device.type != "cpu":
+        return vocab, vocab
+    chunk = min(vocab, CPU_CHUNK)
+    block = max(CPU_BLOCK_ELEMENTS // max(batch, 1) // chunk, 16) * chunk
+    return min(block, vocab), chunk
 
 
 class _Rows(NamedTuple):

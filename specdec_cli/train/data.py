@@ -110,3 +110,30 @@ def _write_manifest(out_dir: Path) -> None:
         "shards": len(shards), "response_tokens": counts,
         "note": "target-generated responses (uint16 ids); see spec.json for the generation settings",
     })
+
+
+def main() -> None:
+    """``python -m specdec_cli.train.data --out DIR``: generate (or resume) the corpus for the embedded target."""
+    import argparse
+
+    import torch
+
+    from specdec_cli.models import load_model
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default=None, help="HF dir / GGUF (default: the embedded SmolLM2)")
+    parser.add_argument("--num-prompts", type=int, default=CorpusSpec.num_prompts)
+    parser.add_argument("--max-new-tokens", type=int, default=CorpusSpec.max_new_tokens)
+    parser.add_argument("--batch-size", type=int, default=CorpusSpec.batch_size)
+    parser.add_argument("--time-budget-s", type=float, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    target, tokenizer = load_model(args.model)
+    spec = CorpusSpec(num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
+    generate_corpus(target, tokenizer, args.out, spec, time_budget_s=args.time_budget_s,
+                    log=lambda line: print(line, flush=True))
+
+
+if __name__ == "__main__":
+    main()
