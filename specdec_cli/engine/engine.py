@@ -42,6 +42,7 @@ class EngineOptions:
     draft_len_schedule: Optional[dict[int, int]] = None  # max batch size -> K (None: always K)
     rejection: bool = True  # rejection sampling where the drafter has a q
     backend: str = "torch"  # rejection kernel: torch | flashinfer
+    relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
 
 
 def draft_len_for(batch_size: int, max_draft_len: int, schedule: Optional[dict[int, int]]) -> int:
@@ -183,7 +184,8 @@ class SpecEngine:
                 use_rejection = False
         tokens, emitted, _ = accept_group(
             logits, draft_tokens, draft_probs=draft_probs if use_rejection else None,
-            use_rejection=use_rejection, backend=self.options.backend, **self._params(requests),
+            use_rejection=use_rejection, backend=self.options.backend,
+            relaxed=self.options.relaxed if k > 0 else None, **self._params(requests),
         )
         for group_row, (row, request) in enumerate(zip(rows, requests)):
             num_emitted = int(emitted[group_row])

@@ -61,6 +61,7 @@ def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
         prefill_chunk=cfg.engine.prefill_chunk, max_draft_len=cfg.method.num_draft_tokens,
         draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
         backend=effective.backend,
+        relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
     ), decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     load_s = time.perf_counter() - load_start
     try:

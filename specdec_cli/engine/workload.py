@@ -29,7 +29,13 @@ BUILTIN_PROMPTS = (
 )
 
 _ITEMS = ("apples", "bread", "milk", "eggs", "rice", "cheese", "tomatoes", "onions", "butter", "coffee")
-_CODE = "def total_price(items):\n    total = 0\n    for item in items:\n        total = total + item.price * item.count\n    return total\n"
+_NAMES = ("total_price", "order_value", "basket_sum", "cart_total", "invoice_amount", "bill_total")
+
+
+def _code(i: int) -> str:
+    name = _NAMES[i % len(_NAMES)]
+    return (f"def {name}(items):\n    total = 0\n    for item in items:\n"
+            f"        total = total + item.price * item.count\n    return total\n")
 
 
 def repetitive_prompts(count: int) -> list[str]:
@@ -39,9 +45,9 @@ def repetitive_prompts(count: int) -> list[str]:
         items = ", ".join(_ITEMS[(i + j) % len(_ITEMS)] for j in range(6))
         variants = (
             f"Repeat this shopping list exactly, one item per line: {items}.",
-            f"Rename the function to compute_total and keep everything else the same:\n```python\n{_CODE}```",
+            f"Rename the function to compute_total and keep everything else the same:\n```python\n{_code(i)}```",
             f"Copy the following sentence three times: The {_ITEMS[i % 10]} are on the table next to the {_ITEMS[(i + 3) % 10]}.",
-            f"Add a docstring to this function and return the full code:\n```python\n{_CODE}```",
+            f"Add a docstring to this function and return the full code:\n```python\n{_code(i)}```",
         )
         prompts.append(variants[i % len(variants)])
     return prompts

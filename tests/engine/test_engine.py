@@ -29,7 +29,7 @@ def target():
 
 
 def make_engine(target, method: MethodConfig, *, batch: int = 4, rejection: bool = True,
-                schedule=None, draft_model=None) -> SpecEngine:
+                schedule=None, draft_model=None, relaxed=None) -> SpecEngine:
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=96, vocab_size=VOCAB,
                        device=torch.device("cpu"), dtype=torch.float32)
     if draft_model is not None:
@@ -37,7 +37,8 @@ def make_engine(target, method: MethodConfig, *, batch: int = 4, rejection: bool
     else:
         drafter = build_drafter(method, deps)
     options = EngineOptions(max_batch_size=batch, max_seq_len=96, prefill_chunk=5,
-                            max_draft_len=method.num_draft_tokens, draft_len_schedule=schedule, rejection=rejection)
+                            max_draft_len=method.num_draft_tokens, draft_len_schedule=schedule, rejection=rejection,
+                            relaxed=relaxed)
     return SpecEngine(target, drafter, options)
 
 
@@ -143,6 +144,18 @@ def test_corrupted_buffer_falls_back_to_strict_and_is_counted(target) -> None:
         engine.step()
     assert engine.stats.guard_fallbacks == 1
     assert len(request.output_token_ids) == 12
+
+
+def test_relaxed_acceptance_accepts_near_top_drafts(target) -> None:
+    """Relaxed acceptance (lossy, MTP thinking phase): a draft anywhere in the target's top
+    accepts; with top-k = V and delta = 1 every draft is accepted."""
+    method = DraftTargetMethodConfig(self_speculative_layers=1, num_draft_tokens=3, draft_policy="argmax")
+    strict = make_engine(target, method, rejection=False)
+    generate(strict, PROMPTS, GREEDY, 20)
+    relaxed = make_engine(target, method, rejection=False, relaxed=(VOCAB, 1.0))
+    generate(relaxed, PROMPTS, GREEDY, 20)
+    assert relaxed.stats.accepted_drafts == relaxed.stats.proposed_drafts
+    assert strict.stats.accepted_drafts < strict.stats.proposed_drafts
 
 
 # ---------------------------------------------------------------- distribution tests
