@@ -1,0 +1,114 @@
+"""Report rows as text: display cells (terminal, Markdown) and CSV (raw numbers)."""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Optional
+
+from specdec_cli.report.collect import MissingRun
+from specdec_cli.report.rows import ReportRow
+
+# the display columns (terminal and Markdown), in order
+COLUMNS = (
+    "run",
+    "method",
+    "sampler",
+    "workload",
+    "K",
+    "rejection",
+    "acc. length",
+    "acc. rate",
+    "tokens/s",
+    "speed-up",
+)
+CSV_COLUMNS = (
+    "run",
+    "status",
+    "method",
+    "sampler",
+    "workload",
+    "num_draft_tokens",
+    "rejection",
+    "acceptance_length",
+    "acceptance_rate",
+    "tokens_per_s",
+    "speedup",
+    "per_position_acceptance",
+    "overrides",
+)
+NUMERIC = frozenset({"K", "acc. length", "acc. rate", "tokens/s", "speed-up"})
+SPEEDUP_NOTE = (
+    "speed-up: tokens/s over the method=none run of the same sweep with the same sampler, "
+    "workload, model and engine settings (blank: no such run). rejection 'on (greedy)': "
+    "enabled, but all requests were greedy, so the argmax path ran instead"
+)
+
+
+def display_cells(row: ReportRow) -> list[str]:
+    """The row's cells as displayed, in ``COLUMNS`` order."""
+    return [
+        row.run,
+        row.method,
+        row.sampler,
+        row.workload,
+        str(row.k),
+        row.rejection,
+        _fmt(row.acceptance_length, "{:.2f}"),
+        _fmt(row.acceptance_rate, "{:.1%}"),
+        _fmt(row.tokens_per_s, "{:.1f}"),
+        _fmt(row.speedup, "{:.2f}×"),
+    ]
+
+
+def missing_line(missing: MissingRun) -> str:
+    """One line per run without results: where, why, and the overrides that made it."""
+    overrides = " ".join(missing.overrides) if missing.overrides else "overrides unknown"
+    return f"{missing.run}: {missing.status} [{overrides}]"
+
+
+def to_markdown(
+    title: str, rows: list[ReportRow], missing: tuple[MissingRun, ...], plots: list[str]
+) -> str:
+    """The whole ``report.md``: the table, the missing runs, links to the plots."""
+    align = ["---:" if header in NUMERIC else "---" for header in COLUMNS]
+    lines = [f"# {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(_escape(c) for c in display_cells(row)) + " |" for row in rows]
+    lines += ["", SPEEDUP_NOTE + "."]
+    if missing:
+        lines += ["", f"## Missing or failed runs ({len(missing)})", ""]
+        lines += [f"- `{m.run}`: {m.status}; overrides: `{' '.join(m.overrides) or '?'}`" for m in missing]
+    if plots:
+        lines += ["", "## Plots", ""] + [f"![{name}]({name})" for name in plots]
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[ReportRow], missing: tuple[MissingRun, ...]) -> str:
+    """``report.csv``: one line per run with raw numbers; runs without results have status != ok."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({
+            "run": row.run, "status": "ok", "method": row.method, "sampler": row.sampler,
+            "workload": row.workload, "num_draft_tokens": row.k, "rejection": row.rejection,
+            "acceptance_length": _raw(row.acceptance_length),
+            "acceptance_rate": _raw(row.acceptance_rate),
+            "tokens_per_s": _raw(row.tokens_per_s), "speedup": _raw(row.speedup),
+            "per_position_acceptance": " ".join(f"{x:.4f}" for x in row.per_position),
+            "overrides": "",
+        })
+    for item in missing:
+        writer.writerow({"run": item.run, "status": item.status, "overrides": " ".join(item.overrides)})
+    return buffer.getvalue()
+
+
+def _fmt(value: Optional[float], pattern: str) -> str:
+    return "" if value is None else pattern.format(value)
+
+
+def _raw(value: Optional[float]) -> str:
+    return "" if value is None else f"{value:.6g}"
+
+
+def _escape(cell: str) -> str:
+    return cell.replace("|", "\\|")

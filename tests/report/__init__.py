@@ -1,0 +1,1 @@
+"""Tests of specdec_cli.report: reports, recipes and the losslessness verifier."""

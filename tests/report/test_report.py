@@ -1,0 +1,120 @@
+"""``specdec report``'s pure pipeline on synthetic result trees: collect -> rows -> files."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from specdec_cli.errors import ConfigError
+from specdec_cli.report.collect import collect_runs
+from specdec_cli.report.rows import build_rows, method_label, sampler_label
+from specdec_cli.report.sweep import build_report, write_report
+from specdec_cli.report.tables import to_csv, to_markdown
+from report.report_trees import results_record, write_job
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def test_collect_finds_runs_and_lists_the_failed_job(sweep_dir: Path) -> None:
+    collection = collect_runs(sweep_dir)
+    assert [run.run for run in collection.runs] == ["0", "1", "2", "3", "5"]
+    (missing,) = collection.missing
+    assert missing.run == "4" and missing.status.startswith("failed or not run")
+    assert missing.overrides == ("method=draft_target", "sampler=topk", "method.self_speculative_layers=4")
+
+
+def test_collect_tells_dry_runs_and_unreadable_results_apart(tmp_path: Path) -> None:
+    write_job(tmp_path / "ok", ["method=none"], results_record("none", "greedy"))
+    (write_job(tmp_path / "dry", ["dry_run=true"], None) / "effective.json").write_text("{}")
+    (write_job(tmp_path / "broken", ["method=ngram"], None) / "results.json").write_text("{not json")
+    status = {m.run: m.status for m in collect_runs(tmp_path).missing}
+    assert status["dry"] == "dry run (effective.json only)"
+    assert status["broken"].startswith("unreadable results.json")
+
+
+def test_a_directory_without_results_is_an_input_error(tmp_path: Path) -> None:
+    write_job(tmp_path / "0", ["method=eagle3"], None)
+    with pytest.raises(ConfigError) as info:
+        collect_runs(tmp_path)
+    (line,) = info.value.violations
+    assert "no results.json found" in line and "method=eagle3" in line
+    with pytest.raises(ConfigError, match="not a directory"):
+        collect_runs(tmp_path / "nowhere")
+
+
+def test_rows_have_labels_effective_rejection_and_speedups(sweep_dir: Path) -> None:
+    rows = build_rows(collect_runs(sweep_dir).runs)
+    table = [(r.run, r.method, r.sampler, r.k, r.rejection, r.speedup) for r in rows]
+    assert table == [
+        ("0", "none", "greedy", 0, "off", pytest.approx(1.0)),
+        ("1", "none", "topk(T=1,k=20)", 0, "off", pytest.approx(1.0)),
+        ("5", "draft_target(self=4)", "greedy", 4, "on (greedy)", pytest.approx(2.1)),
+        ("2", "ngram", "greedy", 4, "off", pytest.approx(1.5)),
+        ("3", "ngram", "topk(T=1,k=20)", 4, "off", pytest.approx(1.5)),
+    ]
+    ngram = rows[3]
+    assert ngram.acceptance_length == 2.5 and ngram.acceptance_rate == pytest.approx(0.375)
+    assert ngram.per_position == (0.6, 0.4, 0.3, 0.2)
+
+
+def test_speedup_is_blank_without_a_matching_baseline(tmp_path: Path) -> None:
+    write_job(tmp_path / "a" / "0", [], results_record("none", "greedy", tokens_per_s=100.0))
+    write_job(tmp_path / "a" / "1", [], results_record("ngram", "topk", tokens_per_s=150.0))  # other sampler
+    write_job(tmp_path / "b" / "0", [], results_record("ngram", "greedy", tokens_per_s=150.0))  # other sweep
+    write_job(tmp_path / "a" / "2", [], results_record("ngram", "greedy", workload="mt_bench"))
+    rows = {r.run: r for r in build_rows(collect_runs(tmp_path).runs)}
+    assert rows["a/0"].speedup == pytest.approx(1.0)
+    assert rows["a/1"].speedup is None and rows["b/0"].speedup is None and rows["a/2"].speedup is None
+
+
+def test_labels() -> None:
+    assert method_label({"name": "draft_target", "self_speculative_layers": 4}) == "draft_target(self=4)"
+    assert method_label({"name": "draft_target", "draft_path": "/m/draft.gguf", "draft_policy": "argmax"}) == (
+        "draft_target(draft,argmax)"
+    )
+    assert method_label({"name": "ngram", "draft_policy": "argmax"}) == "ngram"
+    assert sampler_label({"name": "temperature", "temperature": 0.0}) == "temperature(T=0)"
+    assert sampler_label({"name": "topk_topp", "temperature": 0.7, "top_k": 50, "top_p": 0.9}) == (
+        "topk_topp(T=0.7,k=50,p=0.9)"
+    )
+
+
+def test_markdown_and_csv(sweep_dir: Path) -> None:
+    summary = build_report(sweep_dir)
+    markdown = to_markdown("title", summary.rows, summary.missing, ["plot.png"])
+    assert "| 2 | ngram | greedy | quick | 4 | off | 2.50 | 37.5% | 150.0 | 1.50× |" in markdown
+    assert "- `4`: failed or not run (no results.json); overrides: `method=draft_target sampler=topk" in markdown
+    assert "![plot.png](plot.png)" in markdown
+    lines = list(csv.DictReader(io.StringIO(to_csv(summary.rows, summary.missing))))
+    assert [line["run"] for line in lines] == ["0", "1", "5", "2", "3", "4"]
+    assert float(lines[2]["speedup"]) == pytest.approx(2.1) and lines[2]["num_draft_tokens"] == "4"
+    assert lines[5]["status"].startswith("failed") and lines[5]["acceptance_length"] == ""
+    assert lines[0]["speedup"] == "1" and lines[3]["per_position_acceptance"] == "0.6000 0.4000 0.3000 0.2000"
+
+
+def test_write_report_writes_tables_and_non_empty_pngs(sweep_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    written = write_report(build_report(sweep_dir), out)
+    names = sorted(p.name for p in written)
+    assert names == ["acceptance_speedup.png", "per_position_acceptance.png", "report.csv", "report.md",
+                     "tokens_per_s_vs_k.png"]
+    for path in written:
+        assert path.parent == out and path.stat().st_size > 0
+        if path.suffix == ".png":
+            assert path.read_bytes()[:8] == PNG_SIGNATURE and path.stat().st_size > 5000
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporaries
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((out / "report.md").stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+
+
+def test_plots_without_speculative_runs_still_render(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps(results_record("none", "greedy")))
+    written = write_report(build_report(tmp_path), tmp_path)
+    assert all(p.stat().st_size > 0 for p in written)
+    assert build_report(tmp_path).rows[0].run == "."
