@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from specdec_cli.cli import check, run
+from specdec_cli.cli import check, report, run, train, verify
 from specdec_cli.cli.output import DEBUG_ENV, debug_enabled, error_lines, print_errors
 
 app = typer.Typer(
@@ -24,6 +24,9 @@ app = typer.Typer(
 )
 app.command()(check.check)
 app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar=run.METAVAR)(run.run)
+app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar=run.METAVAR)(train.train)
+app.command()(report.report)
+app.command()(verify.verify)
 
 
 @app.callback()

@@ -173,3 +173,47 @@ class RunConfig:
     output_dir: Optional[str] = None  # None: Hydra's run directory
     skip_if_done: bool = False  # skip a job whose results.json already exists (sweep re-runs)
     dry_run: bool = False  # validate and write the effective config, but do not load models
+
+
+# --------------------------------------------------------------------------- train
+@dataclass
+class TrainCorpusConfig:
+    """Stage 1 of ``specdec train``: the target's answers to generated prompts (train/data.py)."""
+
+    dir: Optional[str] = None  # None: data/distill/<model name> in the checkout
+    # if_empty: generate only when the directory holds no shards (else use what is there);
+    # complete: generate every missing shard up to num_prompts (resumable); never: use what is there
+    generate: str = "if_empty"
+    num_prompts: int = 4096
+    max_new_tokens: int = 256
+    batch_size: int = 32
+    time_budget_s: Optional[float] = None  # stop generating after this long (shards already written stay)
+    max_sequences: int = 0  # training sequences to use; <= 0: all (held-out ones are never trained on)
+
+
+@dataclass
+class TrainConfig:
+    """``specdec train``: self-distil a drafter (eagle3 | mtp | draft_target) for a target model."""
+
+    method: MethodConfig = MISSING  # what to train; method.num_draft_tokens is the evaluated chain length
+    model: ModelConfig = MISSING  # the target
+    corpus: TrainCorpusConfig = field(default_factory=TrainCorpusConfig)
+    out_dir: Optional[str] = None  # None: Hydra's run directory; rerunning into it resumes
+    steps: int = 400  # optimiser steps
+    batch_size: int = 8  # sequences per step
+    lr: float = 1e-3  # peak learning rate (AdamW, betas 0.9/0.95)
+    warmup_steps: int = 30  # linear warmup, then cosine decay to lr * min_lr_ratio
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    ttt_steps: int = 3  # eagle3/mtp: chain steps unrolled per example (training-time test; 1: none)
+    step_weight: float = 0.8  # eagle3/mtp: loss weight of unrolled step j is step_weight ** j
+    draft_vocab_size: int = 8192  # eagle3/mtp: most frequent response tokens (d2t); <= 0: the target's vocabulary
+    draft_layers: int = 2  # draft_target: layers, initialised from the target's first layers
+    eval_every: int = 100  # steps between held-out evaluations; <= 0: only at the end
+    eval_sequences: int = 32  # held-out sequences evaluated
+    checkpoint_every: int = 100  # steps between checkpoints (resume state + loadable artifact)
+    resume: bool = True  # continue from out_dir's checkpoint when there is one
+    time_budget_s: Optional[float] = None  # stop training (checkpointed) after this long
+    feature_cache: bool = True  # target features computed once into the specdec cache (else per batch)
+    seed: int = 0

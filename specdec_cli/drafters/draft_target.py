@@ -15,6 +15,7 @@ import torch
 
 from specdec_cli.config.schema import DraftTargetMethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
 from specdec_cli.sampling import probs_from_logits, sample_from_probs
@@ -81,16 +82,12 @@ class ModelDrafter(Drafter):
 def build_draft_target(cfg: DraftTargetMethodConfig, deps: DrafterDeps) -> Drafter:
     if cfg.self_speculative_layers is not None:
         model = deps.target.truncated(cfg.self_speculative_layers)
-    elif cfg.draft_path is not None:
-        model, _ = load_model(cfg.draft_path, dtype=deps.dtype, device=deps.device)
+    else:
+        path = cfg.draft_path or shipped_checkpoint("draft_target", "draft_path")
+        model, _ = load_model(path, dtype=deps.dtype, device=deps.device)
         if model.arch.vocab_size != deps.vocab_size:
             raise ConfigError(
-                [f"method.draft_path={cfg.draft_path}: draft vocabulary {model.arch.vocab_size} "
+                [f"method.draft_path={path}: draft vocabulary {model.arch.vocab_size} "
                  f"!= target vocabulary {deps.vocab_size} (draft_target needs a shared tokenizer)"]
             )
-    else:
-        raise ConfigError(
-            ["method=draft_target: no shipped draft for this target yet; set "
-             "method.draft_path=<HF dir or GGUF> or method.self_speculative_layers=<N>"]
-        )
     return ModelDrafter(model, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len, policy=cfg.draft_policy)

@@ -85,7 +85,7 @@ class ModelArch:
         if getattr(cfg, "hidden_act", "silu") != "silu":
             raise UnsupportedArchitectureError(f"hidden_act={cfg.hidden_act!r} is not supported (need 'silu')")
         rope = dict(getattr(cfg, "rope_parameters", None) or {})
-        if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        if (rope.get("partial_rotary_factor") or 1.0) != 1.0:
             raise UnsupportedArchitectureError("partial_rotary_factor != 1 is not supported")
         rope_theta = float(rope.pop("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
         rope.pop("partial_rotary_factor", None)

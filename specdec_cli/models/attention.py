@@ -65,10 +65,13 @@ def attend(
 @functools.lru_cache(maxsize=64)
 def causal_bias(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Additive bias [n, n] over the last n keys: 0 on/below the diagonal, -inf above. Read-only."""
-    return torch.full((n, n), float("-inf"), dtype=dtype, device=device).triu_(1)
+    with torch.inference_mode(False):  # cached: must stay usable outside inference mode (training)
+        return torch.full((n, n), float("-inf"), dtype=dtype, device=device).triu_(1)
 
 
-def attend_batch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, bias: torch.Tensor) -> torch.Tensor:
+def attend_batch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, bias: torch.Tensor
+) -> torch.Tensor:
     """B requests with n queries each: q [B, n, Hq, D] over k, v [B, KV, L, D] -> [B, n, Hq, D].
 
     ``bias`` [B, n, L] is additive (-inf = blocked), e.g. each request's causal limit when the

@@ -1,8 +1,10 @@
 """Errors raised by the model runtime; each message names what to fix (file, tensor, slot, length)."""
 from __future__ import annotations
 
+from specdec_cli.errors import SpecdecError
 
-class ModelError(Exception):
+
+class ModelError(SpecdecError):
     """Base class of every error raised by ``specdec_cli.models``."""
 
 

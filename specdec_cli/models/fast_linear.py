@@ -18,8 +18,9 @@ That costs single-row forwards ~20 % against MKL's GEMV on AVX-512 CPUs; with
 from multi-row ones by fp32 rounding only) - the right choice for drafters, whose outputs are
 never compared across batch shapes.
 
-Packed copies are rebuilt whenever a weight changes (storage or ``Tensor._version``), so
-drafters can train these modules; with autograd active the plain ``F.linear`` path runs.
+Packed copies are rebuilt whenever a weight is replaced or changed in place (``Tensor._version``),
+so drafters can train these modules; with autograd active the plain ``F.linear`` path runs.
+Copies (``copy.deepcopy``) and pickles drop the packed cache; it is rebuilt on first use.
 """
 from __future__ import annotations
 
@@ -107,13 +108,21 @@ class LinearGroup:
 
 
 class _PackedWeights:
-    """The oneDNN-reordered concatenation of some linears' weights (and their concatenated bias)."""
+    """The oneDNN-reordered concatenation of some linears' weights (and their concatenated bias).
+
+    Rebuilt when any source parameter is replaced or modified in place (``Tensor._version``).
+    """
 
     def __init__(self, linears: Sequence[Linear]) -> None:
         self._linears = list(linears)
-        self._key: tuple[tuple[int, int], ...] | None = None
+        self._sources: list[torch.Tensor] = []  # the parameters the cached value was built from
+        self._versions: list[int] = []
         self._value: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._failed = False
+
+    def __getstate__(self) -> dict[str, object]:
+        """Copies and pickles drop the cache: oneDNN's opaque tensors cannot be copied."""
+        return {**self.__dict__, "_sources": [], "_versions": [], "_value": None}
 
     def get(self, x: torch.Tensor, row_invariant: bool) -> tuple[torch.Tensor, torch.Tensor | None] | None:
         """(packed weight, bias) if the oneDNN path applies to ``x``, else None (use ``F.linear``)."""
@@ -131,8 +140,9 @@ class _PackedWeights:
             return None
         params = weights + [lin.bias for lin in self._linears if lin.bias is not None]
         # inference tensors have no version counter (and cannot be updated outside inference mode)
-        key = tuple((p.data_ptr(), -1 if p.is_inference() else p._version) for p in params)
-        if key != self._key:
+        versions = [-1 if p.is_inference() else p._version for p in params]
+        same = len(params) == len(self._sources) and all(p is q for p, q in zip(params, self._sources))
+        if not same or versions != self._versions:
             try:
                 weight = torch.cat(weights) if len(weights) > 1 else weights[0]
                 packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_BATCH_HINT)
@@ -142,7 +152,7 @@ class _PackedWeights:
                 return None
             biases = [lin.bias.detach() for lin in self._linears if lin.bias is not None]
             self._value = (packed, torch.cat(biases) if biases else None)
-            self._key = key
+            self._sources, self._versions = params, versions
         return self._value
 
 

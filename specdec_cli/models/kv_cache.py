@@ -31,7 +31,8 @@ class KVCache:
             raise ValueError(f"KVCache needs num_slots >= 1 and max_len >= 1, got {num_slots}, {max_len}")
         self.num_layers, self.num_slots, self.max_len = num_layers, num_slots, max_len
         shape = (num_layers, num_slots, num_kv_heads, max_len, head_dim)
-        # zeros, not empty: padded/batched kernels may read past a length and must never meet NaN garbage
+        # zeros, not empty: commits the memory now (an oversized cache fails here, not mid-run), and
+        # batched attention reads (with probability 0) past shorter slots' lengths: never NaN garbage
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self._lengths = [0] * num_slots

@@ -69,12 +69,13 @@ class RaggedBatch:
             total += n
         positions = torch.tensor([p for s, n in zip(starts, counts) for p in range(s, s + n)], dtype=torch.int64)
         slot_ids = torch.tensor([s for s, n in zip(slots, counts) for _ in range(n)], dtype=torch.int64)
-        positions, slot_ids = positions.to(rope.device), slot_ids.to(rope.device)
+        device = rope.cos.device
+        positions, slot_ids = positions.to(device), slot_ids.to(device)
         cos, sin = rope.lookup(positions)
         batch = cls(list(slots), list(starts), list(counts), offsets, slot_ids, positions, cos, sin)
-        if len(slots) > 1 and len(set(counts)) == 1 and list(slots) == list(range(slots[0], slots[0] + len(slots))):
-            if rope.device.type == "cpu":
-                batch.block_bias = _block_bias(starts, counts[0], dtype=rope.dtype)
+        adjacent = list(slots) == list(range(slots[0], slots[0] + len(slots)))
+        if len(slots) > 1 and len(set(counts)) == 1 and adjacent and device.type == "cpu":
+            batch.block_bias = _block_bias(starts, counts[0], dtype=rope.cos.dtype)
         return batch
 
 
@@ -119,7 +120,8 @@ class Attention(nn.Module):
         self, x: torch.Tensor, batch: RaggedBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> torch.Tensor:
         """x [T, H] -> [T, H]; writes each request's new K/V into its slot of k_cache/v_cache
-        ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them."""
+        ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them: in one
+        batched call when ``batch.block_bias`` is set, else one ``attend`` call per request."""
         q, k, v = self.project(x, batch.cos, batch.sin)
         # one scatter per buffer: [slots, max_len, KV, D] views, indexed by (slot, position) per row
         k_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = k

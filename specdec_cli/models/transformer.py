@@ -3,7 +3,9 @@
 One ``forward`` call mixes prefill chunks, 1-token decodes and K+1-token verifies: request r
 appends ``num_new[r]`` tokens to cache slot ``slots[r]`` at positions ``cache.length(slot) ...``
 (RoPE positions = cache positions) and the slot's length grows by that much. Linear layers run
-on the flattened [T, H] batch; attention runs per request over its slot.
+on the flattened [T, H] batch; attention runs per request over its slot (one batched call when
+all requests bring the same number of tokens in adjacent slots, e.g. batch decode / verify).
+By default (``row_invariant``) a token's logits are bitwise independent of the batch shape.
 
 Layer ids: ``hidden_layers=(i, ...)`` captures the OUTPUT of decoder layer i (0-based), the
 un-normalised residual stream = HF ``hidden_states[i + 1]`` (see ``arch`` for conversions).
@@ -43,7 +45,9 @@ class Transformer(nn.Module):
     Parameters start uninitialised; ``load_model`` (or ``load_state_dict``) fills them.
     """
 
-    def __init__(self, arch: ModelArch, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    def __init__(
+        self, arch: ModelArch, *, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    ) -> None:
         super().__init__()
         self.arch = arch
         kw = dict(dtype=dtype, device=device)
@@ -128,6 +132,7 @@ class Transformer(nn.Module):
         """
         ids, counts = _flatten(token_ids, num_new, len(slots))
         self._validate(cache, slots, counts, hidden_layers)
+        self.rope.ensure(cache.max_len)
         starts = [cache.length(s) for s in slots]
         batch = RaggedBatch.build(list(slots), starts, counts, self.rope)
         rows = _logit_rows(logits_for, batch)
@@ -153,6 +158,8 @@ class Transformer(nn.Module):
     def _validate(self, cache: KVCache, slots: Sequence[int], counts: list[int], hidden_layers: Sequence[int]) -> None:
         if cache.num_layers != len(self.layers):
             raise ValueError(f"cache has {cache.num_layers} layers, model has {len(self.layers)}")
+        if not slots:
+            raise ValueError("a forward needs at least one request")
         if len(set(slots)) != len(slots):
             raise ValueError(f"duplicate slots in one forward: {list(slots)}")
         if any(n < 1 for n in counts):

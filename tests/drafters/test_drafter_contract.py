@@ -8,18 +8,25 @@ from __future__ import annotations
 import pytest
 import torch
 
+from learned_helpers import toy_checkpoint
 from specdec_cli.config.schema import (
+    DflashMethodConfig,
     DraftTargetMethodConfig,
+    Eagle3MethodConfig,
     MethodConfig,
+    MtpMethodConfig,
     NgramMethodConfig,
     NoneMethodConfig,
+    PardMethodConfig,
     SuffixMethodConfig,
 )
 from specdec_cli.drafters import DRAFTERS, build_drafter
 from specdec_cli.drafters.base import DrafterDeps, DraftRequest
-from specdec_cli.sampling import probs_from_logits
+from specdec_cli.sampling import expand_draft_probs, probs_from_logits
 from specdec_cli.stats import fit
 from specdec_cli.testing import toy_model
+from test_dflash import toy_dflash_checkpoint
+from test_pard import toy_pard_checkpoint
 
 VOCAB = 16
 NUM_SAMPLES = 3000
@@ -29,6 +36,10 @@ CONTRACT_CONFIGS: dict[str, MethodConfig] = {
     "ngram": NgramMethodConfig(min_n=1, max_n=3, num_draft_tokens=3),
     "suffix": SuffixMethodConfig(min_match_len=1, num_draft_tokens=3),
     "draft_target": DraftTargetMethodConfig(self_speculative_layers=1, num_draft_tokens=3),
+    "eagle3": Eagle3MethodConfig(checkpoint=toy_checkpoint("eagle3"), num_draft_tokens=3),  # draft vocab 12 of 16
+    "mtp": MtpMethodConfig(checkpoint=toy_checkpoint("mtp", reduced=False), num_draft_tokens=3),
+    "pard": PardMethodConfig(checkpoint=toy_pard_checkpoint(), num_draft_tokens=3),
+    "dflash": DflashMethodConfig(checkpoint=toy_dflash_checkpoint(), num_draft_tokens=3),
 }
 
 
@@ -65,13 +76,14 @@ def test_q_provenance(target, name: str) -> None:
     if proposal.draft_probs is None:  # retrieval drafter: deterministic, q is one-hot
         assert (proposal.tokens == proposal.tokens[0]).all()
         return
-    first_q = proposal.draft_probs[:, 0]
+    q = expand_draft_probs(proposal.draft_probs, drafter.d2t, VOCAB)  # draft vocabulary -> target ids
+    first_q = q[:, 0]
     assert torch.allclose(first_q, first_q[0].expand_as(first_q))  # same context -> same q
     counts = torch.bincount(proposal.tokens[:, 0], minlength=VOCAB)
     result = fit(counts, first_q[0])
     assert result.passed, result
     # second position: the reported q is the filtered draft distribution given the first draft
-    second_q = proposal.draft_probs[:, 1]
+    second_q = q[:, 1]
     picked = proposal.tokens[:, 1]
     assert bool((second_q.gather(1, picked[:, None]) > 0).all())
     # pool draws by their reported q: the sum of q rows is the law of the pooled draws
@@ -86,7 +98,7 @@ def test_greedy_q_is_one_hot(target, name: str) -> None:
         drafter.add_request(slot, CONTEXT)
     proposal = drafter.propose(requests_for(2, temperature=0.0), k=3)
     if proposal.draft_probs is not None:
-        q = proposal.draft_probs
+        q = expand_draft_probs(proposal.draft_probs, drafter.d2t, VOCAB)
         assert torch.equal(q.max(-1).values, torch.ones_like(q.max(-1).values))
         assert torch.equal(q.argmax(-1), proposal.tokens)
 

@@ -62,7 +62,10 @@ def test_family_flags_and_config_object_equals_dict(family: str, qk_norm: bool, 
         ({"model_type": "gemma3_text"}, "model_type='gemma3_text' is not supported"),
         ({"architectures": ["LlamaForSequenceClassification"]}, "is not a causal LM"),
         ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
-        ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}}, "rope_type='longrope'"),
+        (
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0], "long_factor": [1.0]}},
+            "rope_type='longrope'",
+        ),
     ],
 )
 def test_unsupported_configs_are_refused_clearly(change: dict, message: str) -> None:

@@ -20,7 +20,8 @@ def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch
 
 def _qkv(n: int, seq: int, heads: int = 6, kv_heads: int = 2, dim: int = 8) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(n * 1000 + seq)
-    return tuple(torch.randn(shape, generator=gen) for shape in ((n, heads, dim), (kv_heads, seq, dim), (kv_heads, seq, dim)))
+    shapes = ((n, heads, dim), (kv_heads, seq, dim), (kv_heads, seq, dim))
+    return tuple(torch.randn(shape, generator=gen) for shape in shapes)
 
 
 @pytest.mark.parametrize(("n", "seq", "kv_heads"), [(1, 7, 2), (5, 12, 2), (9, 300, 1), (4, 4, 6)])
@@ -40,7 +41,8 @@ def test_non_causal_block_and_explicit_mask() -> None:
     masked = attend(q, k, v, scale=q.shape[-1] ** -0.5, causal=False, mask=mask)
     torch.testing.assert_close(masked, _reference(q, k, v, mask), rtol=0, atol=1e-5)
     both = attend(q, k, v, scale=q.shape[-1] ** -0.5, causal=True, mask=mask)
-    torch.testing.assert_close(both, _reference(q, k, v, mask & torch.ones(4, 10, dtype=torch.bool).tril(6)), rtol=0, atol=1e-5)
+    causal = torch.ones(4, 10, dtype=torch.bool).tril(6)
+    torch.testing.assert_close(both, _reference(q, k, v, mask & causal), rtol=0, atol=1e-5)
 
 
 def test_query_chunking_of_long_prefills_matches_sdpa() -> None:
@@ -57,3 +59,20 @@ def test_sdpa_fallback_path_agrees(causal: bool) -> None:
     q, k, v = _qkv(5, 11)
     kwargs = dict(scale=q.shape[-1] ** -0.5, causal=causal)
     torch.testing.assert_close(_attend_cuda(q, k, v, mask=None, **kwargs), attend(q, k, v, **kwargs), rtol=0, atol=1e-5)
+
+
+def test_a_decoder_layer_trains_with_its_own_cache() -> None:
+    """Drafters (EAGLE-3 head, MTP layer) train these blocks: gradients reach every weight."""
+    from model_factories import tiny_hf, to_ours
+
+    from specdec_cli.models.layers import DecoderLayer, RaggedBatch
+
+    model = to_ours(tiny_hf("llama", layers=1))
+    layer: DecoderLayer = model.layers[0].requires_grad_(True)
+    with torch.inference_mode():  # a causal bias cached under inference mode must still work below
+        model(model.new_cache(1, 8), [0], torch.arange(5))
+    cache = model.new_cache(2, 8)
+    batch = RaggedBatch.build([0, 1], [0, 0], [5, 5], model.rope)
+    x = torch.randn(10, 64, requires_grad=True)
+    layer(x, batch, *cache.layer(0)).square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())

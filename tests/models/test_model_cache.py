@@ -1,11 +1,15 @@
 """Slot KV cache semantics: incremental = full, ragged = alone, rewind, slot reuse, overflow."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from model_factories import tiny_hf, to_ours
 
+from specdec_cli.errors import SpecdecError
 from specdec_cli.models import CacheFullError, CacheOverflowError, KVCache, ModelError, Transformer
+from specdec_cli.models.fast_linear import Linear
 
 
 @pytest.fixture(scope="module")
@@ -115,16 +119,34 @@ def test_reused_slot_leaks_nothing_from_its_previous_owner(model: Transformer) -
     assert torch.equal(model(cache, [slot], prompt).logits, fresh)
 
 
+@pytest.mark.parametrize("row_invariant", [True, False])
 @torch.inference_mode()
-def test_verify_rows_match_single_token_decodes(model: Transformer) -> None:
+def test_verify_rows_match_single_token_decodes(model: Transformer, row_invariant: bool) -> None:
     """A position's logits do not depend on how many tokens share the forward (speculative == AR)."""
     prompt, drafts = _ids(30, 14), _ids(8, 15)
-    cache = model.new_cache(1, 64)
-    model(cache, [0], prompt)
-    verify = model(cache, [0], drafts).logits
-    cache.rewind(0, 30)
-    decode = torch.cat([model(cache, [0], drafts[i : i + 1]).logits for i in range(8)])
+    model.row_invariant = row_invariant
+    try:
+        cache = model.new_cache(1, 64)
+        model(cache, [0], prompt)
+        verify = model(cache, [0], drafts).logits
+        cache.rewind(0, 30)
+        decode = torch.cat([model(cache, [0], drafts[i : i + 1]).logits for i in range(8)])
+    finally:
+        model.row_invariant = True
     _close(verify, decode)
+    if row_invariant and not torch.equal(verify, decode):
+        warnings.warn("verify and decode logits differ by fp32 rounding on this CPU (not bitwise)")
+
+
+def test_row_invariant_switch_reaches_every_linear(model: Transformer) -> None:
+    draft = model.truncated(1)
+    model.row_invariant = False
+    try:
+        assert not draft.row_invariant
+        assert not any(m.row_invariant for m in model.modules() if isinstance(m, Linear))
+    finally:
+        model.row_invariant = True
+    assert all(m.row_invariant for m in model.modules() if isinstance(m, Linear))
 
 
 def test_allocate_free_and_full_cache() -> None:
@@ -132,7 +154,7 @@ def test_allocate_free_and_full_cache() -> None:
     assert [cache.allocate(), cache.allocate()] == [0, 1]
     with pytest.raises(CacheFullError, match="all 2 slots are in use") as err:
         cache.allocate()
-    assert isinstance(err.value, ModelError)
+    assert isinstance(err.value, ModelError) and isinstance(err.value, SpecdecError)
     cache.free(0)
     with pytest.raises(ValueError, match="already free"):
         cache.free(0)
@@ -174,3 +196,12 @@ def test_truncated_model_shares_weights_and_has_its_own_cache(model: Transformer
     _close(out.final_hidden, model.norm(hidden))
     with pytest.raises(ValueError):
         model.truncated(3)
+
+
+@torch.inference_mode()
+def test_dtype_conversion_moves_the_rope_tables(model: Transformer) -> None:
+    ids = _ids(12, 27)
+    ref = model(model.new_cache(1, 16), [0], ids).logits
+    wide = to_ours(tiny_hf("qwen3", tie=True, layers=2, seed=3)).to(torch.float64)
+    assert wide.rope.cos.dtype == torch.float64 and "rope.cos" not in wide.state_dict()
+    torch.testing.assert_close(wide(wide.new_cache(1, 16), [0], ids).logits, ref, rtol=0, atol=1e-4)

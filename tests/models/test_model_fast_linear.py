@@ -1,13 +1,14 @@
 """The oneDNN-prepacked Linear: matches F.linear, is row-invariant, repacks after weight updates."""
 from __future__ import annotations
 
+import copy
 import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec_cli.models.fast_linear import Linear, onednn_available
+from specdec_cli.models.fast_linear import Linear, LinearGroup, onednn_available
 
 # the SmolLM2 shapes: q/o, k/v, gate/up, down, (a slice of) the LM head
 SHAPES = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 4096)]
@@ -57,3 +58,23 @@ def test_repacks_when_the_weight_changes_and_trains_through_f_linear() -> None:
     layer.requires_grad_(True)
     layer(x).sum().backward()
     assert layer.weight.grad is not None
+
+
+def test_copies_and_replaced_weights_never_reuse_a_stale_packed_weight() -> None:
+    layer = _linear(64, 32, bias=True)
+    x = torch.randn(3, 64)
+    before = layer(x)
+    twin = copy.deepcopy(layer)  # the opaque oneDNN tensor is dropped, then rebuilt
+    assert torch.equal(twin(x), before) and twin._packed._linears[0] is twin
+    layer.weight = torch.nn.Parameter(torch.zeros(32, 64), requires_grad=False)
+    torch.testing.assert_close(layer(x), layer.bias.expand(3, -1), rtol=0, atol=0)
+
+
+def test_a_group_equals_its_members() -> None:
+    q, k = _linear(64, 48, bias=True, seed=1), _linear(64, 16, bias=True, seed=2)
+    group = LinearGroup(q, k)
+    x = torch.randn(5, 64)
+    for out, member in zip(group(x), (q, k)):
+        torch.testing.assert_close(out, member(x), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="same input size"):
+        LinearGroup(q, _linear(32, 8))

@@ -82,7 +82,8 @@ def test_wrong_shape_names_file_and_tensor(hf_model: PreTrainedModel, tmp_path: 
     tensors = load_file(directory / "model.safetensors")
     tensors["model.layers.1.mlp.up_proj.weight"] = torch.zeros(3, 64)
     save_file(tensors, directory / "model.safetensors")
-    with pytest.raises(ModelLoadError, match=r"model.safetensors: tensor model.layers.1.mlp.up_proj.weight has shape \(3, 64\)"):
+    message = r"model.safetensors: tensor model.layers.1.mlp.up_proj.weight has shape \(3, 64\)"
+    with pytest.raises(ModelLoadError, match=message):
         load_model(str(directory))
 
 

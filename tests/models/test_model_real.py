@@ -54,7 +54,8 @@ def test_logits_match_hf(real_model: tuple[Transformer, Any], real_hf: PreTraine
         assert torch.equal(full.argmax(-1), ref.argmax(-1)), prompt
         # prefix then token-by-token decode reproduces the same logits
         cache.rewind(0, 0)
-        steps = [model(cache, [0], ids[:3]).logits] + [model(cache, [0], ids[i : i + 1]).logits for i in range(3, len(ids))]
+        steps = [model(cache, [0], ids[:3]).logits]
+        steps += [model(cache, [0], ids[i : i + 1]).logits for i in range(3, len(ids))]
         torch.testing.assert_close(torch.cat(steps), full, rtol=0, atol=1e-4)
 
 

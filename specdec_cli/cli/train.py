@@ -1,0 +1,97 @@
+"""``specdec train``: a real Hydra application that self-distils a drafter for a target.
+
+The config root is ``conf/train.yaml`` (``TrainConfig``): the same ``method`` and ``model`` groups as
+``specdec run`` plus the training fields. Its run directory defaults to
+``outputs/train/<model>/<method>``, so rerunning a command resumes it. Errors are printed as in
+``specdec run``: one ``error:`` line per problem, exit 2 for configuration/input problems.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import hydra
+import typer
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from rich.table import Table
+from rich.text import Text
+
+from specdec_cli.cli.output import console, debug_enabled, error_lines, print_errors
+from specdec_cli.cli.run import JobFailed, _hydra_process
+from specdec_cli.config.compose import _unknown_keys, conf_dir
+from specdec_cli.config.schema import TrainConfig
+from specdec_cli.config.store import register_configs
+from specdec_cli.errors import ConfigError
+
+
+def train(ctx: typer.Context) -> None:
+    """Train a drafter (eagle3 | mtp | draft_target) by self-distillation. Arguments go to Hydra.
+
+    \b
+    specdec train method=eagle3              (the embedded SmolLM2; rerun to resume)
+    specdec train method=mtp steps=2000 out_dir=runs/mtp
+    specdec train method=draft_target draft_layers=4
+    specdec train --cfg job                  (print the composed config)
+    """
+    register_configs()
+    ConfigStore.instance().store(name="base_train_config", node=TrainConfig)
+    failures: list[int] = []
+
+    def job(config: DictConfig) -> dict | None:
+        try:
+            return _execute(config)
+        except Exception as err:
+            if debug_enabled():
+                raise
+            lines, code = error_lines(err)
+            hydra_cfg = HydraConfig.get()
+            if hydra_cfg.mode != RunMode.MULTIRUN:
+                print_errors(lines)
+                failures.append(code)
+                return None
+            print_errors(lines, prefix=f"job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)}): ")
+            raise JobFailed(code) from err
+
+    app = hydra.main(config_path=str(conf_dir()), config_name="train", version_base="1.3")
+    with _hydra_process(["specdec train", *ctx.args]):
+        app(job)()
+    if failures:
+        raise JobFailed(failures[0])
+
+
+def to_train_config(config: DictConfig) -> TrainConfig:
+    """The typed config; missing values, unknown keys and violated rules are errors, all at once."""
+    from specdec_cli.train.pipeline import check_train_config
+
+    problems = [f"{key} is required: set {key}=..." for key in sorted(OmegaConf.missing_keys(config))]
+    problems += _unknown_keys(config, "")
+    if problems:
+        raise ConfigError(problems)
+    cfg = OmegaConf.to_object(config)
+    assert isinstance(cfg, TrainConfig)
+    problems = check_train_config(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _execute(config: DictConfig) -> dict:
+    from specdec_cli.train.pipeline import run_training  # torch and models load only for real runs
+
+    cfg = to_train_config(config)
+    out_dir = Path(cfg.out_dir or HydraConfig.get().runtime.output_dir)
+    summary = run_training(cfg, out_dir, console=console)
+    table = Table(title="training summary", show_header=False, title_justify="left")
+    rows = {"method": cfg.method.name, "steps": str(summary["steps"]),
+            "speed": f"{summary['tokens_per_s']:.0f} trained tokens/s ({summary['wall_s']:.0f} s)",
+            "drafter": summary["artifact"]}
+    if summary["eval"]:
+        stats = summary["eval"]
+        rows["held-out"] = (f"top-1 {stats['top1']:.3f}, greedy acceptance length {stats['acceptance_length']:.3f} "
+                            f"(K={cfg.method.num_draft_tokens})")
+    for key, value in rows.items():
+        table.add_row(key, Text(value))
+    console.print(table)
+    return summary

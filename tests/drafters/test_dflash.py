@@ -1,0 +1,170 @@
+"""DFlash: context K/V from target features, one non-causal block forward, loading, engine losslessness."""
+from __future__ import annotations
+
+import atexit
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specdec_cli.config.schema import DflashMethodConfig
+from specdec_cli.drafters import build_drafter
+from specdec_cli.drafters.base import DrafterDeps, DraftRequest
+from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash, save_dflash
+from specdec_cli.errors import ConfigError
+from specdec_cli.testing import toy_model
+from specdec_cli.train.dflash_objective import init_dflash
+from test_pard import GREEDY, PROMPTS, SAMPLERS, VOCAB, check_law, check_staggered, generate, make_engine
+
+MASK = 15
+CONTEXT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+
+
+def toy_dflash_checkpoint(directory: Optional[Path] = None, *, block_size: int = 4, seed: int = 1) -> str:
+    """A random one-layer DFlash draft on the toy target's layers 0 and 1 (its final norm scaled down), saved
+    in ``directory`` (default: a temporary directory removed at exit)."""
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="specdec-toy-dflash-"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    draft = init_dflash(target, (0, 1), mask_token_id=MASK, num_layers=1, block_size=block_size, seed=seed)
+    with torch.no_grad():
+        draft.norm.weight.fill_(0.3)  # flatter q: sampled and argmax drafts differ often
+    save_dflash(draft, directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return toy_model(0, vocab_size=VOCAB, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> str:
+    return toy_dflash_checkpoint()
+
+
+def drafter_for(target, path: str, num_slots: int = 2) -> DFlashDrafter:
+    deps = DrafterDeps(target=target, num_slots=num_slots, max_seq_len=64, vocab_size=VOCAB,
+                       device=torch.device("cpu"), dtype=torch.float32)
+    return build_drafter(DflashMethodConfig(checkpoint=path, num_draft_tokens=3), deps)
+
+
+def request(tokens: list[int], slot: int = 0, hidden: Optional[dict] = None, temperature: float = 1.0) -> DraftRequest:
+    return DraftRequest(slot=slot, token_ids=list(tokens), temperature=temperature, top_k=0, top_p=1.0,
+                        generator=torch.Generator().manual_seed(slot), target_hidden=hidden or {})
+
+
+def target_features(target, tokens: list[int], layers=(0, 1)) -> dict[int, torch.Tensor]:
+    cache = target.new_cache(1, 64)
+    with torch.inference_mode():
+        out = target(cache, [0], [torch.tensor(tokens)], logits_for=[0], hidden_layers=layers)
+    return out.hidden
+
+
+def test_features_from_the_engine_equal_recomputed_ones(target, checkpoint) -> None:
+    """Context = the committed tokens strictly before the anchor: features of CONTEXT[:-1] (as the engine
+    hands them over, in two chunks) give the same q as the slow path that recomputes them."""
+    given, recomputed = drafter_for(target, checkpoint), drafter_for(target, checkpoint)
+    for drafter in (given, recomputed):
+        drafter.add_request(0, CONTEXT)
+    hidden = target_features(target, CONTEXT[:-1])
+    first = given.propose([request(CONTEXT[:5], hidden={k: v[:4] for k, v in hidden.items()})], 3)
+    assert given.cache.length(0) == 4 and first.num_drafts == [3]
+    with_features = given.propose([request(CONTEXT, hidden={k: v[4:] for k, v in hidden.items()})], 3)
+    without = recomputed.propose([request(CONTEXT)], 3)
+    assert given.cache.length(0) == recomputed.cache.length(0) == len(CONTEXT) - 1
+    assert torch.allclose(with_features.draft_probs, without.draft_probs, atol=1e-5)
+
+
+def test_block_longer_than_the_draft_gives_ragged_drafts(target) -> None:
+    drafter = drafter_for(target, toy_dflash_checkpoint(block_size=3))
+    drafter.add_request(0, CONTEXT)
+    proposal = drafter.propose([request(CONTEXT, temperature=0.0)], 4)
+    assert proposal.num_drafts == [2] and proposal.tokens.shape == (1, 4)
+    q = proposal.draft_probs[0, :2]
+    assert torch.equal(q.argmax(-1), proposal.tokens[0, :2]) and torch.equal(q.max(-1).values, torch.ones(2))
+
+
+def test_published_layout_variants_load(target, checkpoint, tmp_path: Path) -> None:
+    """Top-level config keys (no dflash_config) and a ``model.`` prefix on the tensors load the same draft."""
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    config.update(config.pop("dflash_config"))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tensors = load_file(str(Path(checkpoint) / "model.safetensors"))
+    save_file({f"model.{name}": t for name, t in tensors.items()}, str(tmp_path / "model.safetensors"))
+    a, b = load_dflash(checkpoint, target), load_dflash(tmp_path, target)
+    assert a.target_layers == b.target_layers == (0, 1) and a.mask_token_id == b.mask_token_id == MASK
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def broken(checkpoint: str, directory: Path, *, config: Optional[dict] = None, drop: Optional[str] = None,
+           reshape: Optional[str] = None) -> str:
+    """A copy of ``checkpoint`` with config keys replaced, a tensor dropped or a tensor misshapen."""
+    stored = json.loads((Path(checkpoint) / "config.json").read_text())
+    for key, value in (config or {}).items():
+        stored["dflash_config"].pop(key, None)
+        stored[key] = value
+    (directory / "config.json").write_text(json.dumps({k: v for k, v in stored.items() if v is not None}))
+    tensors = load_file(str(Path(checkpoint) / "model.safetensors"))
+    tensors.pop(drop, None)
+    if reshape:
+        tensors[reshape] = tensors[reshape][:, :-1].contiguous()
+    save_file(tensors, str(directory / "model.safetensors"))
+    return str(directory)
+
+
+@pytest.mark.parametrize("change,message", [
+    (dict(config={"mask_token_id": None}), "missing field 'mask_token_id'"),
+    (dict(config={"target_layer_ids": [0, 7]}), "target_layer_ids=[0, 7] must be output-of-layer ids in 0..1"),
+    (dict(config={"mask_token_id": VOCAB}), "mask_token_id=16 must be a token id"),
+    (dict(config={"hidden_size": 64, "head_dim": 8}), "must equal the target's"),
+    (dict(config={"layer_types": ["sliding_attention"], "use_sliding_window": True, "sliding_window": 8}),
+     "sliding-window draft layers are not supported"),
+    (dict(config={"final_logit_softcapping": 20.0}), "final_logit_softcapping is not supported"),
+    (dict(drop="fc.weight"), "tensor 'fc.weight' missing"),
+    (dict(reshape="layers.0.mlp.down_proj.weight"), "tensor 'layers.0.mlp.down_proj.weight' has shape"),
+])
+def test_malformed_checkpoints_are_refused(target, checkpoint, tmp_path: Path, change: dict, message: str) -> None:
+    path = broken(checkpoint, tmp_path, **change)
+    with pytest.raises(ConfigError) as err:
+        drafter_for(target, path)
+    assert message in str(err.value), str(err.value)
+    assert str(tmp_path) in str(err.value)  # the error names the file
+
+
+def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target) -> None:
+    deps = DrafterDeps(target=target, num_slots=1, max_seq_len=64, vocab_size=VOCAB,
+                       device=torch.device("cpu"), dtype=torch.float32)
+    with pytest.raises(ConfigError) as err:
+        build_drafter(DflashMethodConfig(), deps)
+    assert len(err.value.violations) == 1
+    assert "no shipped draft exists yet" in str(err.value) and "method.checkpoint=" in str(err.value)
+
+
+# ---------------------------------------------------------------- through the engine
+def method(checkpoint: str, **kwargs) -> DflashMethodConfig:
+    return DflashMethodConfig(checkpoint=checkpoint, **{"num_draft_tokens": 3, **kwargs})
+
+
+@pytest.mark.parametrize("num_draft_tokens", [3, 5])  # 5 > block_size - 1: ragged, 3 drafts per step
+def test_greedy_speculative_equals_autoregressive(target, checkpoint, num_draft_tokens: int) -> None:
+    baseline = generate(make_engine(target, None, batch=2), PROMPTS, GREEDY, 24)
+    engine = make_engine(target, method(checkpoint, num_draft_tokens=num_draft_tokens), batch=3)
+    assert generate(engine, PROMPTS, GREEDY, 24) == baseline
+    assert engine.stats.accepted_drafts > 0 and engine.stats.guard_fallbacks == 0
+
+
+@pytest.mark.parametrize("sampler", list(SAMPLERS))
+def test_sampled_output_follows_target_law(target, checkpoint, sampler: str) -> None:
+    policy = "argmax" if sampler == "argmax" else "sample"
+    check_law(target, method(checkpoint, num_draft_tokens=2, draft_policy=policy), sampler)
+
+
+def test_staggered_arrivals_and_context_only_steps(target, checkpoint) -> None:
+    check_staggered(target, method(checkpoint))

@@ -1,0 +1,158 @@
+"""Self-distillation on the toy target: loss goes down, checkpoints round-trip, runs resume; the draft
+vocabulary, feature cache and config round trips the trainer relies on."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.learned import arch_config
+from specdec_cli.drafters.mtp import load_mtp
+from specdec_cli.models import ModelArch
+from specdec_cli.models.loading import load_hf_dir
+from specdec_cli.testing import toy_arch, toy_model
+from specdec_cli.train.features import CachedFeatures, FeatureExtractor, OnlineFeatures, Sequences
+from specdec_cli.train.heads import draft_vocabulary, new_draft_model, new_eagle3, new_mtp, vocab_maps
+from specdec_cli.train.tasks import DraftModelTask, HeadTask, Task, chain_stats
+from specdec_cli.train.trainer import Trainer, TrainOptions, learning_rate
+
+VOCAB = 16
+USED = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return toy_model(0, vocab_size=VOCAB, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def sequences() -> Sequences:
+    generator = torch.Generator().manual_seed(0)
+    pairs = [(torch.randint(0, VOCAB, (4,), generator=generator).tolist(),
+              torch.randint(0, VOCAB, (18,), generator=generator).tolist()) for _ in range(24)]
+    return Sequences.from_pairs(pairs)
+
+
+def make_task(method: str, target) -> Task:
+    if method == "eagle3":
+        return HeadTask(new_eagle3(target, USED, hidden_layers=(0, 1, 1)), target, steps=2, step_weight=0.8)
+    if method == "mtp":
+        return HeadTask(new_mtp(target, USED), target, steps=2, step_weight=0.8)
+    return DraftModelTask(new_draft_model(target, 1), target)
+
+
+def make_trainer(task: Task, target, sequences: Sequences, out_dir: Path, steps: int) -> Trainer:
+    options = TrainOptions(steps=steps, batch_size=6, lr=5e-3, warmup_steps=2, min_lr_ratio=0.1, weight_decay=0.0,
+                           grad_clip=1.0, eval_every=0, checkpoint_every=4, eval_k=2, resume=True)
+    # as in the pipeline, methods that read no layers get features with layers anyway (a shared cache)
+    features = OnlineFeatures(FeatureExtractor(target, task.feature_layers or (0, 1), 22), sequences)
+    return Trainer(task, features, sequences, train_indices=list(range(20)), eval_indices=[20, 21, 22, 23],
+                   options=options, out_dir=out_dir, artifact="draft", hidden_size=32, device=torch.device("cpu"),
+                   console=Console(quiet=True))
+
+
+def losses(out_dir: Path) -> list[float]:
+    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
+    return [record["loss"] for record in map(json.loads, lines) if "loss" in record]
+
+
+@pytest.mark.parametrize("method", ["eagle3", "mtp", "draft_target"])
+def test_training_lowers_the_loss_and_checkpoints_round_trip(target, sequences, tmp_path: Path, method: str) -> None:
+    task = make_task(method, target)
+    summary = make_trainer(task, target, sequences, tmp_path, steps=20).run()
+    first, last = losses(tmp_path)[0], losses(tmp_path)[-1]
+    assert last < first, (first, last)
+    assert summary["steps"] == 20 and summary["eval"]["anchors"] > 0
+    artifact = tmp_path / "draft"
+    if method == "draft_target":
+        loaded = load_hf_dir(artifact, dtype=torch.float32, device="cpu")
+    else:
+        loaded = (load_eagle3 if method == "eagle3" else load_mtp)(artifact, target)
+    saved = task.module.state_dict()
+    assert all(torch.equal(tensor, saved[name]) for name, tensor in loaded.state_dict().items())
+
+
+def test_resume_continues_from_the_saved_step(target, sequences, tmp_path: Path) -> None:
+    """A run killed after its step-8 checkpoint, rerun, ends exactly where an uninterrupted run does."""
+    crashing = make_trainer(make_task("eagle3", target), target, sequences, tmp_path, steps=12)
+    fetch = crashing.batch
+
+    def batch_or_crash(indices):
+        if crashing.step == 10:
+            raise KeyboardInterrupt
+        return fetch(indices)
+
+    crashing.batch = batch_or_crash
+    with pytest.raises(KeyboardInterrupt):
+        crashing.run()
+    assert torch.load(tmp_path / "state.pt", weights_only=True)["step"] == 8
+    resumed = make_trainer(make_task("eagle3", target), target, sequences, tmp_path, steps=12)
+    resumed.run()
+    straight = make_trainer(make_task("eagle3", target), target, sequences, tmp_path / "straight", steps=12)
+    straight.run()
+    assert resumed.step == 12 and losses(tmp_path)[-1] == pytest.approx(losses(tmp_path / "straight")[-1], rel=1e-5)
+    for name, tensor in straight.task.module.state_dict().items():
+        assert torch.allclose(tensor, resumed.task.module.state_dict()[name], atol=1e-6), name
+
+
+def test_learning_rate_warms_up_then_decays() -> None:
+    options = TrainOptions(steps=100, batch_size=1, lr=1.0, warmup_steps=10, min_lr_ratio=0.1, weight_decay=0.0,
+                           grad_clip=1.0, eval_every=0, checkpoint_every=1, eval_k=1, resume=False)
+    rates = [learning_rate(step, options) for step in range(100)]
+    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:])) and rates[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_draft_vocabulary_prefers_response_then_prompt_frequency() -> None:
+    responses = torch.tensor([0, 5, 0, 2, 0, 0, 9, 0])
+    prompts = torch.tensor([0, 0, 3, 0, 1, 7, 0, 0])
+    used = draft_vocabulary(responses, prompts, 5)
+    assert used.tolist() == [1, 2, 3, 5, 6]  # by responses 6, 1, 3; then by prompts 5, 2; ascending
+    d2t, t2d = vocab_maps(used, 8)
+    assert (torch.arange(5) + d2t).tolist() == used.tolist() and t2d.nonzero().flatten().tolist() == used.tolist()
+
+
+def test_chain_stats_counts_leading_matches() -> None:
+    match = torch.tensor([[True, True, False], [True, False, True], [False, True, True]])
+    valid = torch.ones(3, 3, dtype=torch.bool)
+    stats = chain_stats(match, valid)
+    assert stats["top1"] == pytest.approx(2 / 3)
+    assert stats["acceptance_length"] == pytest.approx(1 + (2 + 1 + 0) / 3)
+    assert stats["conditional"] == pytest.approx([2 / 3, 1 / 2, 0.0])
+
+
+def test_feature_cache_resumes_and_matches_online_features(target, sequences, tmp_path: Path) -> None:
+    extractor = FeatureExtractor(target, (0, 1), 22)
+    first = CachedFeatures(extractor, sequences, tmp_path)
+    first.rows[first.offsets[16] :] = 0  # as if interrupted after the first group of 16 sequences
+    first.rows.flush()
+    (tmp_path / "done.json").write_text('{"sequences": 16}')
+    seen: list[int] = []
+    cached = CachedFeatures(extractor, sequences, tmp_path, progress=seen.append)
+    assert seen[0] == first.offsets[16] and sum(seen) == sum(t.numel() for t in sequences.tokens)
+    online = OnlineFeatures(extractor, sequences)
+    for index in (0, 15, 16, 23):
+        assert torch.allclose(cached.get([index])[0], online.get([index])[0], rtol=1e-3, atol=1e-3)  # float16
+
+
+@pytest.mark.parametrize("arch", [
+    toy_arch(vocab_size=VOCAB),
+    ModelArch(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16,
+              intermediate_size=48, rope_theta=5e5, tie_word_embeddings=True, qk_norm=True, model_type="qwen3",
+              rope_scaling={"rope_type": "linear", "factor": 2.0}, eos_token_ids=(1, 2)),
+])
+def test_arch_config_round_trips(arch: ModelArch) -> None:
+    assert ModelArch.from_hf_config(arch_config(arch)) == arch

@@ -1,0 +1,83 @@
+"""``specdec train``: a Hydra app whose typos and bad values are errors; the whole pipeline on the toy."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from specdec_cli.cli.main import main
+from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.testing import toy_model
+from specdec_cli.train import pipeline
+from specdec_cli.train.data import _save_shard
+
+QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def specdec(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setenv("SPECDEC_DEBUG", "0")
+    monkeypatch.setattr(sys, "argv", ["specdec", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    captured = capsys.readouterr()
+    return exit_info.value.code or 0, captured.out, captured.err
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["method=pard"], ["error: method=pard: specdec train supports eagle3, mtp, draft_target"]),
+    (["method=medusa"], ["error: method=medusa: no such option (choose one of: "]),
+    (["stepz=5"], ["error: Could not override 'stepz'"]),
+    (["+learning_rate=1"], ["error: learning_rate is not a field of TrainConfig"]),
+    (["steps=0", "lr=-1"], ["error: steps=0 must be >= 1", "error: lr=-1.0 must be > 0"]),
+])
+def test_bad_train_configs_exit_2_with_one_line_each(monkeypatch, capsys, tmp_path: Path, args, expected) -> None:
+    code, _, err = specdec(monkeypatch, capsys, "train", *args, f"hydra.run.dir={tmp_path}", *QUIET)
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == len(expected) and all(line.startswith(e) for line, e in zip(lines, expected)), err
+
+
+def test_cfg_job_prints_the_composed_train_config(monkeypatch, capsys) -> None:
+    code, out, _ = specdec(monkeypatch, capsys, "train", "method=mtp", "ttt_steps=4", "--cfg", "job")
+    assert code == 0 and "name: mtp" in out and "ttt_steps: 4" in out and "draft_vocab_size: 8192" in out
+
+
+@pytest.fixture
+def toy_corpus(tmp_path: Path) -> Path:
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 16, (4,), generator=generator).tolist() for _ in range(20)]
+    responses = [torch.randint(0, 16, (14,), generator=generator).tolist() for _ in range(20)]
+    (tmp_path / "corpus").mkdir()
+    _save_shard(tmp_path / "corpus" / "shard_00000.npz", prompts, responses, [i >= 16 for i in range(20)])
+    return tmp_path / "corpus"
+
+
+def test_train_pipeline_end_to_end_and_resume(monkeypatch, capsys, tmp_path: Path, toy_corpus: Path) -> None:
+    target = toy_model(0, vocab_size=16, num_layers=2)
+    monkeypatch.setattr(pipeline, "load_model", lambda *args, **kwargs: (target, None))
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    common = ["train", "method=eagle3", "method.target_layers=[0,1,1]", f"corpus.dir={toy_corpus}",
+              "corpus.generate=never", "draft_vocab_size=12", "batch_size=4", "eval_every=3", "checkpoint_every=3",
+              f"out_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path}", *QUIET]
+    code, out, err = specdec(monkeypatch, capsys, *common, "steps=3")
+    assert code == 0, err
+    assert "16 training sequences" in out and "4 held-out" in out and "greedy acceptance length" in out
+    assert len(list((tmp_path / "cache" / "features").glob("*/features.npy"))) == 1
+    head = load_eagle3(tmp_path / "run" / "eagle3", target)
+    assert head.draft_vocab_size == 12 and head.hidden_layers == (0, 1, 1)
+    code, out, err = specdec(monkeypatch, capsys, *common, "steps=6")
+    assert code == 0, err
+    assert "resumed from" in out and "at step 3" in out
+    assert json.loads((tmp_path / "run" / "train.json").read_text())["steps"] == 6
