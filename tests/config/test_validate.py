@@ -111,8 +111,9 @@ def test_guided_decoding_is_refused_and_excludes_rejection() -> None:
 
 def test_parallelism_rules() -> None:
     for option in ("tp2", "adp2"):
-        (line,) = violations("method=eagle3", f"parallelism={option}")
-        assert PLANNED in line
+        assert effective("method=eagle3", f"parallelism={option}").rejection
+    (line,) = violations("parallelism.tp=2", "parallelism.dp=2")
+    assert "cannot be combined" in line
     (line,) = violations("method=eagle3", "parallelism=cp2", "rejection=off")
     assert "context parallelism" in line and "whole-vocabulary target rows" in line
     lines = violations("method=eagle3", "parallelism=cp2", "rejection=on")
@@ -197,7 +198,7 @@ def test_every_violation_is_reported_at_once() -> None:
         "method=ngram", "rejection=on", "sampler.top_p=0", "parallelism=tp2",
         "workload.max_new_tokens=0", "model.device=cuda", "method.num_draft_tokens=99",
     )
-    assert len(lines) == 6
+    assert len(lines) == 5
     assert {line.split("=")[0] for line in lines} >= {"method", "sampler.top_p", "model.device"}
 
 
