@@ -12,7 +12,6 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -45,6 +44,28 @@ def run_requests(engine: SpecEngine, requests: list[Request], *, show_progress: 
     return requests
 
 
+def build_engine(cfg: RunConfig, effective: EffectiveConfig, target, drafter, tokenizer) -> SpecEngine:
+    """The engine a job runs: the config's engine, method and effective acceptance settings."""
+    return SpecEngine(target, drafter, EngineOptions(
+        max_batch_size=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
+        prefill_chunk=cfg.engine.prefill_chunk, max_draft_len=cfg.method.num_draft_tokens,
+        draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
+        backend=effective.backend,
+        relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
+    ), decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+
+
+def generate_outputs(engine: SpecEngine, requests: list[Request], tokenizer, *, show_progress: bool) -> None:
+    """Run ``requests`` to completion and decode their text; unfit requests are input errors."""
+    try:
+        run_requests(engine, requests, show_progress=show_progress)
+    except ValueError as err:  # a request that cannot fit, an empty prompt
+        raise ConfigError([str(err)]) from None
+    for request in requests:
+        if not request.output_text:
+            request.output_text = tokenizer.decode(request.output_token_ids, skip_special_tokens=True)
+
+
 def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
             show_progress: bool = True) -> dict:
     # Parallel runs (tensor / attention data parallelism) launch or join their own ranks; each
@@ -63,32 +84,21 @@ def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
         vocab_size=target.arch.vocab_size, device=torch.device(effective.device), dtype=DTYPES[cfg.model.dtype],
     ))
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template)
-    engine = SpecEngine(target, drafter, EngineOptions(
-        max_batch_size=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
-        prefill_chunk=cfg.engine.prefill_chunk, max_draft_len=cfg.method.num_draft_tokens,
-        draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
-        backend=effective.backend,
-        relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
-    ), decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+    engine = build_engine(cfg, effective, target, drafter, tokenizer)
     load_s = time.perf_counter() - load_start
-    try:
-        run_requests(engine, requests, show_progress=show_progress)
-    except ValueError as err:  # a request that cannot fit, an empty prompt
-        raise ConfigError([str(err)]) from None
-    for request in requests:
-        if not request.output_text:
-            request.output_text = tokenizer.decode(request.output_token_ids, skip_special_tokens=True)
+    generate_outputs(engine, requests, tokenizer, show_progress=show_progress)
     results = {
         "config": asdict(cfg),
         "effective": effective.to_dict(),
         "metrics": {**engine.stats.summary(), "load_s": load_s, "num_requests": len(requests)},
     }
-    atomic_write_jsonl(output_dir / "outputs.jsonl", (_output_row(r) for r in requests))
+    atomic_write_jsonl(output_dir / "outputs.jsonl", (output_row(r) for r in requests))
     atomic_write_json(output_dir / "results.json", results)
     return results
 
 
-def _output_row(request: Request) -> dict:
+def output_row(request: Request) -> dict:
+    """One line of outputs.jsonl."""
     return {
         "id": request.id, "prompt": request.prompt, "prompt_token_ids": request.prompt_token_ids,
         "output_token_ids": request.output_token_ids, "output_text": request.output_text,

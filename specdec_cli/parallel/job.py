@@ -26,18 +26,17 @@ import os
 import pickle
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.drafters import build_drafter
-from specdec_cli.drafters.base import Drafter, DrafterDeps
-from specdec_cli.engine.engine import EngineOptions, SpecEngine
+from specdec_cli.drafters.base import DrafterDeps
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.request import Request
-from specdec_cli.engine.runner import DTYPES, _output_row, run_requests
+from specdec_cli.engine.runner import DTYPES, build_engine, generate_outputs, output_row
 from specdec_cli.engine.workload import build_requests
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
@@ -85,13 +84,13 @@ def _tensor_parallel(ctx: RankContext, cfg: RunConfig, effective: EffectiveConfi
     target, tokenizer = load_model(cfg.model.path, dtype=DTYPES[cfg.model.dtype], device=ctx.device)
     drafter = shard_target_and_build_drafter(cfg.method, _deps(cfg, target, ctx), ctx.comm)
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template)
-    engine = _engine(cfg, effective, target, drafter, tokenizer)
+    engine = build_engine(cfg, effective, target, drafter, tokenizer)
     load_s = time.perf_counter() - load_start
-    _run(engine, requests, tokenizer, show_progress)
+    generate_outputs(engine, requests, tokenizer, show_progress=show_progress)
     _check_ranks_agree(ctx, requests)
     results = _results(cfg, effective, engine.stats, len(requests), load_s, _parallel_info(ctx, "tensor_parallel"))
     if ctx.rank == 0:
-        _write(output_dir, [_output_row(r) for r in requests], results)
+        _write(output_dir, [output_row(r) for r in requests], results)
     return results
 
 
@@ -115,13 +114,13 @@ def _attention_dp(ctx: RankContext, cfg: RunConfig, effective: EffectiveConfig, 
     stats = SpecStats()
     if mine:  # a rank without requests posts an empty share and is done
         drafter = build_drafter(cfg.method, _deps(cfg, target, ctx))
-        engine = _engine(cfg, effective, target, drafter, tokenizer)
+        engine = build_engine(cfg, effective, target, drafter, tokenizer)
         load_s = time.perf_counter() - load_start
-        _run(engine, mine, tokenizer, show_progress)
+        generate_outputs(engine, mine, tokenizer, show_progress=show_progress)
         stats = engine.stats
     else:
         load_s = time.perf_counter() - load_start
-    share = RankShare(ctx.rank, indices, [_output_row(r) for r in mine], stats, load_s)
+    share = RankShare(ctx.rank, indices, [output_row(r) for r in mine], stats, load_s)
     ctx.store.set(f"{tag}/share/{ctx.rank}", pickle.dumps(share))
     if ctx.rank == 0:
         results = _merge_shares(ctx, tag, cfg, effective, len(requests), output_dir)
@@ -149,28 +148,6 @@ def _merge_shares(ctx: RankContext, tag: str, cfg: RunConfig, effective: Effecti
 def _deps(cfg: RunConfig, target: Transformer, ctx: RankContext) -> DrafterDeps:
     return DrafterDeps(target=target, num_slots=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
                        vocab_size=target.arch.vocab_size, device=ctx.device, dtype=DTYPES[cfg.model.dtype])
-
-
-def _engine(cfg: RunConfig, effective: EffectiveConfig, target: Transformer, drafter: Optional[Drafter],
-            tokenizer: Any) -> SpecEngine:
-    """The engine ``run_job`` builds, for this rank's target and drafter."""
-    return SpecEngine(target, drafter, EngineOptions(
-        max_batch_size=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
-        prefill_chunk=cfg.engine.prefill_chunk, max_draft_len=cfg.method.num_draft_tokens,
-        draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
-        backend=effective.backend,
-        relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
-    ), decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
-
-
-def _run(engine: SpecEngine, requests: list[Request], tokenizer: Any, show_progress: bool) -> None:
-    try:
-        run_requests(engine, requests, show_progress=show_progress)
-    except ValueError as err:  # a request that cannot fit, an empty prompt
-        raise ConfigError([str(err)]) from None
-    for request in requests:
-        if not request.output_text:
-            request.output_text = tokenizer.decode(request.output_token_ids, skip_special_tokens=True)
 
 
 def _parallel_info(ctx: RankContext, mode: str) -> dict[str, Any]:
