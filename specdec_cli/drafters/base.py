@@ -109,8 +109,3 @@ DrafterFactory = Callable[["MethodConfig", DrafterDeps], Optional[Drafter]]
 #: method name -> factory(method_cfg, deps) returning a Drafter (None for method=none).
 DRAFTERS: Registry[DrafterFactory] = Registry("drafter")
 
-
-def one_hot_probs(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """q for deterministic drafts: [..., vocab_size] float32 one-hot at ``tokens`` [...]."""
-    out = torch.zeros(*tokens.shape, vocab_size, dtype=torch.float32, device=tokens.device)
-    return out.scatter_(-1, tokens.clamp_min(0).unsqueeze(-1), 1.0)
