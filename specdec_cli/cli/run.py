@@ -16,7 +16,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import hydra
 import typer
@@ -65,7 +65,7 @@ def run(ctx: typer.Context) -> None:
     failures: list[int] = []  # exit codes of failed single-run jobs
 
     def job(config: DictConfig) -> dict | None:
-        return _job(config, failures)
+        return guarded_job(_execute, config, failures)
 
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
     with _hydra_process(["specdec run", *ctx.args]):
@@ -90,10 +90,11 @@ def _hydra_process(argv: list[str]) -> Iterator[None]:
         GlobalHydra.instance().clear()
 
 
-def _job(config: DictConfig, failures: list[int]) -> dict | None:
-    """One Hydra job: its errors are printed here (see the module docstring)."""
+def guarded_job(execute: Callable[[DictConfig], dict | None], config: DictConfig,
+                failures: list[int]) -> dict | None:
+    """Run one Hydra job (``run`` or ``train``); its errors are printed here (see the module docstring)."""
     try:
-        return _execute(config)
+        return execute(config)
     except Exception as err:
         if debug_enabled():
             raise

@@ -13,13 +13,12 @@ import hydra
 import typer
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 from rich.text import Text
 
-from specdec_cli.cli.output import console, debug_enabled, error_lines, print_errors
-from specdec_cli.cli.run import JobFailed, _hydra_process
+from specdec_cli.cli.output import console
+from specdec_cli.cli.run import JobFailed, _hydra_process, guarded_job
 from specdec_cli.config.compose import _unknown_keys, conf_dir
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.config.store import register_configs
@@ -40,19 +39,7 @@ def train(ctx: typer.Context) -> None:
     failures: list[int] = []
 
     def job(config: DictConfig) -> dict | None:
-        try:
-            return _execute(config)
-        except Exception as err:
-            if debug_enabled():
-                raise
-            lines, code = error_lines(err)
-            hydra_cfg = HydraConfig.get()
-            if hydra_cfg.mode != RunMode.MULTIRUN:
-                print_errors(lines)
-                failures.append(code)
-                return None
-            print_errors(lines, prefix=f"job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)}): ")
-            raise JobFailed(code) from err
+        return guarded_job(_execute, config, failures)
 
     app = hydra.main(config_path=str(conf_dir()), config_name="train", version_base="1.3")
     with _hydra_process(["specdec train", *ctx.args]):
