@@ -11,6 +11,8 @@ LM head (no training, no extra weights).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from specdec_cli.config.schema import DraftTargetMethodConfig
@@ -18,6 +20,7 @@ from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftReque
 from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.loading import load_hf_dir
 from specdec_cli.sampling import probs_from_logits, sample_from_probs
 
 
@@ -83,8 +86,11 @@ def build_draft_target(cfg: DraftTargetMethodConfig, deps: DrafterDeps) -> Draft
     if cfg.self_speculative_layers is not None:
         model = deps.target.truncated(cfg.self_speculative_layers)
     else:
-        path = cfg.draft_path or shipped_checkpoint("draft_target", "draft_path")
-        model, _ = load_model(path, dtype=deps.dtype, device=deps.device)
+        path = Path(cfg.draft_path or shipped_checkpoint("draft_target", "draft_path")).expanduser()
+        if path.is_dir():  # a HF directory, maybe sharing the target's embedding (the shipped draft does)
+            model = load_hf_dir(path, dtype=deps.dtype, device=deps.device, shared_from=deps.target)
+        else:
+            model, _ = load_model(path, dtype=deps.dtype, device=deps.device)
         if model.arch.vocab_size != deps.vocab_size:
             raise ConfigError(
                 [f"method.draft_path={path}: draft vocabulary {model.arch.vocab_size} "

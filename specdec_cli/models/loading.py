@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
@@ -132,8 +132,15 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | str) -> Transformer:
-    """Build a ``Transformer`` from ``config.json`` + safetensors weights in ``directory``."""
+#: config.json key of a draft checkpoint listing the tensors it omits because they are the target's
+#: (e.g. the shared embedding of a shipped draft model); ``load_hf_dir(..., shared_from=target)`` fills them
+SHARED_WITH_TARGET = "specdec_shared_with_target"
+
+
+def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | str,
+                shared_from: Optional[Transformer] = None) -> Transformer:
+    """Build a ``Transformer`` from ``config.json`` + safetensors weights in ``directory``; tensors the
+    config lists under ``SHARED_WITH_TARGET`` are copied from ``shared_from``."""
     config_file = directory / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(f"{config_file}: missing (not a HF model directory)")
@@ -142,7 +149,11 @@ def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | s
     except json.JSONDecodeError as err:
         raise ModelLoadError(f"{config_file}: invalid JSON ({err})") from err
     model = Transformer(_arch_from(config, config_file), dtype=dtype, device=device)
-    _load_weights(model, directory)
+    shared = [name.removeprefix("model.") for name in config.get(SHARED_WITH_TARGET, [])]
+    if shared and shared_from is None:
+        raise ModelLoadError(f"{config_file}: a draft that shares {', '.join(shared)} with its target; "
+                             "load it as a draft (method=draft_target method.draft_path=...)")
+    _load_weights(model, directory, shared_from.state_dict() if shared else {}, shared)
     return model.requires_grad_(False).eval()
 
 
@@ -181,14 +192,23 @@ def _weight_files(directory: Path) -> list[Path]:
     return files
 
 
-def _load_weights(model: Transformer, directory: Path) -> None:
-    """Copy HF-named tensors into ``model``; unknown tensors are ignored, missing or misshapen ones raise."""
+def _load_weights(model: Transformer, directory: Path, source: dict[str, torch.Tensor], shared: list[str]) -> None:
+    """Copy HF-named tensors into ``model`` (the ``shared`` ones from ``source``); unknown tensors are
+    ignored, missing or misshapen ones raise."""
     from safetensors import SafetensorError, safe_open
 
     params = model.state_dict(keep_vars=True)
     tied = model.arch.tie_word_embeddings
     loaded: set[str] = set()
     with torch.no_grad():
+        for name in shared:
+            need = tuple(params[name].shape) if name in params else None
+            have = tuple(source[name].shape) if name in source else None
+            if need is None or need != have:
+                raise ModelLoadError(f"{directory}: tensor {name} is shared with the target, but the target's "
+                                     f"shape is {have} and the draft needs {need}")
+            params[name].copy_(source[name])
+            loaded.add(name)
         for file in _weight_files(directory):
             try:
                 with safe_open(str(file), framework="pt") as reader:
