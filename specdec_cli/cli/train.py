@@ -26,12 +26,14 @@ from specdec_cli.errors import ConfigError
 
 
 def train(ctx: typer.Context) -> None:
-    """Train a drafter (eagle3 | mtp | draft_target) by self-distillation. Arguments go to Hydra.
+    """Train a drafter (eagle3 | mtp | draft_target | pard | dflash) by self-distillation. Arguments go to Hydra.
 
     \b
     specdec train method=eagle3              (the embedded SmolLM2; rerun to resume)
     specdec train method=mtp steps=2000 out_dir=runs/mtp
     specdec train method=draft_target draft_layers=4
+    specdec train method=pard pard_layers=4  (then specdec run method=pard method.checkpoint=<run dir>/pard)
+    specdec train method=dflash dflash_layers=2
     specdec train --cfg job                  (print the composed config)
     """
     register_configs()

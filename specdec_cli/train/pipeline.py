@@ -4,7 +4,8 @@
                default): reused when present, generated when empty (``corpus.generate``); training
                uses the training split only, evaluation the held-out split
   2. features  the target's hidden states for every corpus token (``train.features``)
-  3. training  ``train.tasks`` objective under ``train.trainer`` (resumable), artifact in out_dir/<method>
+  3. training  ``train.tasks`` (eagle3, mtp, draft_target) or ``train.block_tasks`` (pard, dflash)
+               objective under ``train.trainer`` (resumable), artifact in out_dir/<method>
 """
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from specdec_cli.config.schema import TrainConfig
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, eagle3_default_layers, load_model
 from specdec_cli.models.loading import EMBEDDED_NAME
+from specdec_cli.train.block_tasks import DflashTask, PardTask, default_mask_token_id
 from specdec_cli.train.data import CorpusSpec, generate_corpus, load_corpus
+from specdec_cli.train.dflash_objective import init_dflash
 from specdec_cli.train.features import (
     CachedFeatures,
     FeatureExtractor,
@@ -31,13 +34,15 @@ from specdec_cli.train.features import (
     target_fingerprint,
 )
 from specdec_cli.train.heads import draft_vocabulary, new_draft_model, new_eagle3, new_mtp
+from specdec_cli.train.pard_objective import init_pard_from_target
 from specdec_cli.train.tasks import DraftModelTask, HeadTask, Task
 from specdec_cli.train.trainer import Trainer, TrainOptions
 
-TRAINABLE = ("eagle3", "mtp", "draft_target")
+TRAINABLE = ("eagle3", "mtp", "draft_target", "pard", "dflash")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 GENERATE = ("if_empty", "complete", "never")
-POSITIVE = ("steps", "batch_size", "ttt_steps", "draft_layers", "checkpoint_every", "eval_sequences")
+POSITIVE = ("steps", "batch_size", "ttt_steps", "draft_layers", "checkpoint_every", "eval_sequences", "pard_layers",
+            "pard_hidden_size", "dflash_layers", "dflash_anchors")
 
 
 def check_train_config(cfg: TrainConfig) -> list[str]:
@@ -54,6 +59,10 @@ def check_train_config(cfg: TrainConfig) -> list[str]:
         out.append(f"method.num_draft_tokens={cfg.method.num_draft_tokens} (the evaluated chain length) must be >= 1")
     if not cfg.lr > 0:
         out.append(f"lr={cfg.lr} must be > 0")
+    if not 0 < cfg.pard_keep_ratio <= 1:
+        out.append(f"pard_keep_ratio={cfg.pard_keep_ratio} must be in (0, 1]")
+    if cfg.mask_token_id is not None and cfg.mask_token_id < 0:
+        out.append(f"mask_token_id={cfg.mask_token_id} must be >= 0")
     if not 0 <= cfg.min_lr_ratio <= 1:
         out.append(f"min_lr_ratio={cfg.min_lr_ratio} must be in [0, 1]")
     if cfg.warmup_steps < 0 or cfg.weight_decay < 0 or not cfg.grad_clip > 0 or not cfg.step_weight > 0:
@@ -79,6 +88,41 @@ def corpus_dir(cfg: TrainConfig) -> Path:
     return conf_dir().parent / "data" / "distill" / name
 
 
+def shared_layers(target: Transformer) -> tuple[int, ...]:
+    """The target layers every feature cache stores (EAGLE-3's defaults; none for a target under 4 layers)."""
+    return eagle3_default_layers(target.arch.num_layers) if target.arch.num_layers >= 4 else ()
+
+
+def mask_token(cfg: TrainConfig, target: Transformer, tokenizer: Any) -> int:
+    """``mask_token_id``, else (pard) ``method.mask_token_id``, else ``default_mask_token_id``."""
+    mask = cfg.mask_token_id if cfg.mask_token_id is not None else getattr(cfg.method, "mask_token_id", None)
+    vocab = target.arch.vocab_size
+    if mask is None:
+        return default_mask_token_id(tokenizer, vocab)
+    if not 0 <= mask < vocab:
+        raise ConfigError([f"mask_token_id={mask} must be a token id in [0, {vocab})"])
+    return mask
+
+
+def build_block_task(cfg: TrainConfig, target: Transformer, tokenizer: Any) -> Task:
+    """pard / dflash: a fresh draft drafting ``method.num_draft_tokens`` tokens per forward."""
+    mask, k = mask_token(cfg, target, tokenizer), cfg.method.num_draft_tokens
+    if cfg.method.name == "pard":
+        try:
+            model = init_pard_from_target(target, cfg.pard_layers, hidden_size=cfg.pard_hidden_size, seed=cfg.seed)
+        except ValueError as err:
+            raise ConfigError([f"pard_hidden_size={cfg.pard_hidden_size}: {err}"]) from None
+        return PardTask(model, target, mask_token_id=mask, depth=k, keep_ratio=cfg.pard_keep_ratio,
+                        tokenizer=tokenizer, seed=cfg.seed)
+    num = target.arch.num_layers
+    layers = tuple(getattr(cfg.method, "target_layers", None) or shared_layers(target) or range(num))
+    if not all(0 <= layer < num for layer in layers):
+        raise ConfigError([f"method.target_layers={list(layers)} must be output-of-layer ids in 0..{num - 1}"])
+    draft = init_dflash(target, layers, mask_token_id=mask, num_layers=cfg.dflash_layers, block_size=k + 1,
+                        seed=cfg.seed)
+    return DflashTask(draft, target, num_anchors=cfg.dflash_anchors, seed=cfg.seed)
+
+
 def build_task(cfg: TrainConfig, target: Transformer, tokenizer: Any, sequences: Sequences,
                num_train: int, vocab_ids: Optional[torch.Tensor]) -> Task:
     """The method's fresh drafter and objective. The draft vocabulary is ``vocab_ids`` (a resumed run's)
@@ -87,6 +131,8 @@ def build_task(cfg: TrainConfig, target: Transformer, tokenizer: Any, sequences:
         if not 1 <= cfg.draft_layers <= target.arch.num_layers:
             raise ConfigError([f"draft_layers={cfg.draft_layers} must be in 1..{target.arch.num_layers}"])
         return DraftModelTask(new_draft_model(target, cfg.draft_layers), target, tokenizer)
+    if cfg.method.name in ("pard", "dflash"):
+        return build_block_task(cfg, target, tokenizer)
     vocab = target.arch.vocab_size
     if vocab_ids is None and 0 < cfg.draft_vocab_size < vocab:
         responses, prompts = torch.zeros(vocab, dtype=torch.int64), torch.zeros(vocab, dtype=torch.int64)
@@ -140,8 +186,7 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
         f"({sum(len(r) for _, r in train_pairs)} response tokens), {len(eval_pairs)} held-out")
     task = build_task(cfg, target, tokenizer, sequences, len(train_pairs), resumed_vocabulary(out_dir, cfg.resume))
     # one feature cache serves every method: EAGLE-3's default layers are stored even when not read
-    shared = eagle3_default_layers(target.arch.num_layers) if target.arch.num_layers >= 4 else ()
-    layers = task.feature_layers or shared
+    layers = task.feature_layers or shared_layers(target)
     extractor = FeatureExtractor(target, layers, max(t.numel() for t in sequences.tokens))
     if cfg.feature_cache:
         name = cfg.model.path or EMBEDDED_NAME

@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from specdec_cli.cli.main import main
+from specdec_cli.drafters.dflash import load_dflash
 from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.pard import load_pard
 from specdec_cli.testing import toy_model
 from specdec_cli.train import pipeline
 from specdec_cli.train.data import _save_shard
@@ -36,7 +38,8 @@ def specdec(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["method=pard"], ["error: method=pard: specdec train supports eagle3, mtp, draft_target"]),
+    (["method=ngram"], ["error: method=ngram: specdec train supports eagle3, mtp, draft_target, pard, dflash"]),
+    (["method=pard", "pard_keep_ratio=0"], ["error: pard_keep_ratio=0.0 must be in (0, 1]"]),
     (["method=medusa"], ["error: method=medusa: no such option (choose one of: "]),
     (["stepz=5"], ["error: Could not override 'stepz'"]),
     (["+learning_rate=1"], ["error: learning_rate is not a field of TrainConfig"]),
@@ -81,3 +84,28 @@ def test_train_pipeline_end_to_end_and_resume(monkeypatch, capsys, tmp_path: Pat
     assert code == 0, err
     assert "resumed from" in out and "at step 3" in out
     assert json.loads((tmp_path / "run" / "train.json").read_text())["steps"] == 6
+
+
+@pytest.mark.parametrize("method", ["pard", "dflash"])
+def test_train_pipeline_block_methods(monkeypatch, capsys, tmp_path: Path, toy_corpus: Path, method: str) -> None:
+    """pard / dflash through the whole pipeline: a loadable artifact (toy target: no tokenizer, so the mask
+    token is the last vocabulary row), then a resumed run."""
+    target = toy_model(0, vocab_size=16, num_layers=2)
+    monkeypatch.setattr(pipeline, "load_model", lambda *args, **kwargs: (target, None))
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    common = ["train", f"method={method}", "method.num_draft_tokens=2", f"corpus.dir={toy_corpus}",
+              "corpus.generate=never", "batch_size=4", "eval_every=3", "checkpoint_every=3", "pard_hidden_size=16",
+              "dflash_layers=1", "dflash_anchors=4", f"out_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path}",
+              *QUIET]
+    code, out, err = specdec(monkeypatch, capsys, *common, "steps=3")
+    assert code == 0, err
+    assert "greedy acceptance length" in out
+    if method == "pard":
+        model, mask = load_pard(tmp_path / "run" / "pard")
+        assert mask == 15 and model.arch.num_layers == 4 and model.arch.hidden_size == 16
+    else:
+        draft = load_dflash(tmp_path / "run" / "dflash", target)
+        assert draft.target_layers == (0, 1) and draft.block_size == 3 and draft.mask_token_id == 15
+    code, out, err = specdec(monkeypatch, capsys, *common, "steps=4")
+    assert code == 0, err
+    assert "resumed from" in out and "at step 3" in out

@@ -1,0 +1,218 @@
+"""PARD and DFlash as trainer tasks: training lowers the loss, artifacts load with the same logits, runs
+resume, and the evaluation matches equal the inference drafters' greedy drafts anchor by anchor."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from rich.console import Console
+
+from specdec_cli.config.schema import DflashMethodConfig, ModelConfig, PardMethodConfig, TrainConfig
+from specdec_cli.drafters.base import DraftRequest
+from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash
+from specdec_cli.drafters.pard import PardDrafter, load_pard
+from specdec_cli.testing import toy_model
+from specdec_cli.train.block_tasks import DflashTask, PardTask, default_mask_token_id
+from specdec_cli.train.dflash_objective import build_dflash_batch, init_dflash
+from specdec_cli.train.features import FeatureExtractor, OnlineFeatures, Sequences
+from specdec_cli.train.pard_objective import build_pard_batch, init_pard_from_target, pard_hidden
+from specdec_cli.train.pipeline import check_train_config
+from specdec_cli.train.tasks import Batch, Task, teacher_argmax
+from specdec_cli.train.trainer import Trainer, TrainOptions
+
+VOCAB = 16
+MASK = 15
+HIDDEN = 32
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return toy_model(0, vocab_size=VOCAB, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def sequences() -> Sequences:
+    """A tiny repeated corpus: 4 distinct (prompt, response) pairs, 6 times each (ids below the mask)."""
+    generator = torch.Generator().manual_seed(0)
+    pairs = [(torch.randint(0, MASK, (4,), generator=generator).tolist(),
+              torch.randint(0, MASK, (int(n),), generator=generator).tolist()) for n in (18, 14, 16, 11)]
+    return Sequences.from_pairs(pairs * 6)
+
+
+def make_task(method: str, target, seed: int = 0) -> Task:
+    if method == "pard":
+        return PardTask(init_pard_from_target(target, 2, hidden_size=16, seed=seed), target, mask_token_id=MASK,
+                        depth=3)
+    return DflashTask(init_dflash(target, (0, 1), mask_token_id=MASK, num_layers=1, block_size=3, seed=seed),
+                      target, num_anchors=6)
+
+
+def features_of(task: Task, target, sequences: Sequences) -> OnlineFeatures:
+    # as in the pipeline, methods that read no layers get features with layers anyway (a shared cache)
+    return OnlineFeatures(FeatureExtractor(target, task.feature_layers or (0, 1), 22), sequences)
+
+
+def make_trainer(task: Task, target, sequences: Sequences, out_dir: Path, steps: int, eval_every: int = 0) -> Trainer:
+    options = TrainOptions(steps=steps, batch_size=6, lr=1e-2, warmup_steps=2, min_lr_ratio=0.1, weight_decay=0.0,
+                           grad_clip=1.0, eval_every=eval_every, checkpoint_every=4, eval_k=2, resume=True)
+    return Trainer(task, features_of(task, target, sequences), sequences, train_indices=list(range(20)),
+                   eval_indices=[20, 21, 22, 23], options=options, out_dir=out_dir, artifact="draft",
+                   hidden_size=HIDDEN, device=torch.device("cpu"), console=Console(quiet=True))
+
+
+def losses(out_dir: Path) -> list[float]:
+    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
+    return [record["loss"] for record in map(json.loads, lines) if "loss" in record]
+
+
+def eval_batch(task: Task, target, sequences: Sequences, indices: list[int]) -> Batch:
+    batch = Batch.collate([sequences.tokens[i] for i in indices], features_of(task, target, sequences).get(indices),
+                          [sequences.prompt_lens[i] for i in indices], hidden_size=HIDDEN, pad=task.pad,
+                          device=torch.device("cpu"))
+    batch.teacher_argmax = teacher_argmax(batch.final(0), task.teacher_full_weight)
+    return batch
+
+
+def rounded(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy with its weights rounded to float16 (what the artifact stores)."""
+    out = copy.deepcopy(module)
+    with torch.no_grad():
+        for param in out.parameters():
+            param.copy_(param.half().float())
+    return out
+
+
+@pytest.mark.parametrize("method", ["pard", "dflash"])
+def test_training_lowers_the_loss_and_the_artifact_loads(target, sequences, tmp_path: Path, method: str) -> None:
+    task = make_task(method, target)
+    summary = make_trainer(task, target, sequences, tmp_path, steps=30, eval_every=30).run()
+    history = losses(tmp_path)
+    assert history[-1] < 0.8 * history[0], history
+    assert summary["steps"] == 30 and summary["eval"]["anchors"] > 0
+    assert summary["eval"]["acceptance_length"] > 1.0
+    tokens = sequences.tokens[0][None]
+    lengths, prompts = torch.tensor([tokens.shape[1]]), torch.tensor([sequences.prompt_lens[0]])
+    with torch.no_grad():
+        if method == "pard":
+            loaded, mask = load_pard(tmp_path / "draft")
+            assert mask == MASK
+            batch = build_pard_batch(tokens, lengths, prompts, depth=3, mask_token_id=MASK, keep_ratio=1.0)
+            got = loaded.lm_head(pard_hidden(loaded, batch))
+            reference = rounded(task.module)
+            expected = reference.lm_head(pard_hidden(reference, batch))
+        else:
+            loaded = load_dflash(tmp_path / "draft", target)
+            assert (loaded.target_layers, loaded.block_size, loaded.mask_token_id) == ((0, 1), 3, MASK)
+            batch = build_dflash_batch(tokens, lengths, prompts, block_size=3, num_anchors=4, mask_token_id=MASK,
+                                       generator=torch.Generator().manual_seed(0))
+            features = features_of(task, target, sequences).get([0])[0][None, :, : 2 * HIDDEN]
+            got = loaded.logits(loaded(features, batch.block_ids, batch.positions, batch.attention))
+            reference = rounded(task.module)
+            expected = reference.logits(reference(features, batch.block_ids, batch.positions, batch.attention))
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["pard", "dflash"])
+def test_resume_continues_from_the_saved_step(target, sequences, tmp_path: Path, method: str) -> None:
+    """A run killed after its step-4 checkpoint, rerun, ends where an uninterrupted run does (the random
+    drop / anchors of a batch depend on its tokens only)."""
+    crashing = make_trainer(make_task(method, target), target, sequences, tmp_path, steps=8)
+    fetch = crashing.batch
+
+    def batch_or_crash(indices):
+        if crashing.step == 6:
+            raise KeyboardInterrupt
+        return fetch(indices)
+
+    crashing.batch = batch_or_crash
+    with pytest.raises(KeyboardInterrupt):
+        crashing.run()
+    assert torch.load(tmp_path / "state.pt", weights_only=True)["step"] == 4
+    resumed = make_trainer(make_task(method, target), target, sequences, tmp_path, steps=8)
+    resumed.run()
+    straight = make_trainer(make_task(method, target), target, sequences, tmp_path / "straight", steps=8)
+    straight.run()
+    assert resumed.step == 8 and losses(tmp_path)[-1] == pytest.approx(losses(tmp_path / "straight")[-1], rel=1e-5)
+    for name, tensor in straight.task.module.state_dict().items():
+        assert torch.allclose(tensor, resumed.task.module.state_dict()[name], atol=1e-6), name
+
+
+@pytest.mark.parametrize("method,k", [("pard", 3), ("dflash", 2), ("dflash", 4)])
+def test_matches_equal_the_inference_drafters_anchor_by_anchor(target, sequences, method: str, k: int) -> None:
+    """match[b, c, j] == (the drafter's greedy draft j+1 given x_0..x_c == the target's argmax at c + j)."""
+    task = make_task(method, target, seed=4)
+    batch = eval_batch(task, target, sequences, [0, 1, 3])
+    match, valid = task.matches(batch, k)
+    rows, length = batch.features.shape[:2]
+    assert match.shape == valid.shape == (rows, length, k)
+    if method == "pard":
+        drafter = PardDrafter(copy.deepcopy(task.module), MASK, vocab_size=VOCAB, num_slots=1, max_seq_len=64,
+                              policy="argmax")
+    else:
+        drafter = DFlashDrafter(copy.deepcopy(task.module), target, num_slots=1, max_seq_len=64, policy="argmax")
+    drafts_per_block = k if method == "pard" else min(k, 2)
+    checked = hits = 0
+    for row in range(rows):
+        for anchor in range(int(batch.lengths[row]) - 1):
+            drafter.add_request(0, [])
+            request = DraftRequest(slot=0, token_ids=batch.tokens[row, : anchor + 1].tolist(), temperature=0.0,
+                                   top_k=0, top_p=1.0, generator=None)
+            drafts = drafter.propose([request], k).tokens[0]
+            drafter.remove_request(0, [])
+            for step in range(k):
+                if not valid[row, anchor, step]:
+                    continue
+                teacher = int(batch.teacher_argmax[row, anchor + step])
+                expected = step < drafts_per_block and int(drafts[step]) == teacher
+                assert bool(match[row, anchor, step]) == expected, (row, anchor, step)
+                checked, hits = checked + 1, hits + expected
+    assert checked > 30 and 0 < hits < checked
+    # valid: x_{c+1+j} is a response token inside the sequence
+    for row in range(rows):
+        prompt, end = int(batch.prompt_lens[row]), int(batch.lengths[row])
+        expected = [[prompt <= c + 1 + j < end for j in range(k)] for c in range(length)]
+        assert valid[row].tolist() == expected
+
+
+def test_a_draft_that_copies_the_target_matches_everywhere(target, sequences) -> None:
+    """A one-step PARD "draft" that is the target itself (depth 1: no mask tokens) matches every valid step."""
+    task = PardTask(copy.deepcopy(target), target, mask_token_id=MASK, depth=1)
+    batch = eval_batch(task, target, sequences, [0, 1, 2, 3])
+    match, valid = task.matches(batch, 1)
+    assert bool(valid.any()) and bool(match[valid].all())
+
+
+def test_check_train_config_accepts_the_block_methods() -> None:
+    for method in (PardMethodConfig(), DflashMethodConfig()):
+        assert check_train_config(TrainConfig(method=method, model=ModelConfig())) == []
+    bad = TrainConfig(method=PardMethodConfig(), model=ModelConfig(), pard_keep_ratio=0.0, dflash_anchors=0,
+                      mask_token_id=-1)
+    assert check_train_config(bad) == ["dflash_anchors=0 must be >= 1", "pard_keep_ratio=0.0 must be in (0, 1]",
+                                       "mask_token_id=-1 must be >= 0"]
+
+
+def test_default_mask_token_id() -> None:
+    named = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "unk_token_id": None, "mask_token_id": None}
+
+    def tokenizer(size: int, **fields):
+        added = {i: SimpleNamespace(special=True) for i in range(17)}
+        return type("Tok", (), {"__len__": lambda self: size, "all_special_ids": [1, 2, 0],
+                                "added_tokens_decoder": added, **named, **fields})()
+
+    assert default_mask_token_id(tokenizer(49152), 49152) == 16  # SmolLM2: <empty_output>
+    assert default_mask_token_id(tokenizer(151665), 151936) == 151665  # Qwen: the first padding row
+    assert default_mask_token_id(tokenizer(49152, mask_token_id=7), 49152) == 7
+    assert default_mask_token_id(None, 16) == 15
