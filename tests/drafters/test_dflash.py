@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec_cli.config.schema import DflashMethodConfig
-from specdec_cli.drafters import build_drafter
+from specdec_cli.drafters import build_drafter, learned
 from specdec_cli.drafters.base import DrafterDeps, DraftRequest
 from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash, save_dflash
 from specdec_cli.errors import ConfigError
@@ -138,7 +138,8 @@ def test_malformed_checkpoints_are_refused(target, checkpoint, tmp_path: Path, c
     assert str(tmp_path) in str(err.value)  # the error names the file
 
 
-def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target) -> None:
+def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(learned, "ASSETS", tmp_path)  # as for a target without a shipped draft
     deps = DrafterDeps(target=target, num_slots=1, max_seq_len=64, vocab_size=VOCAB,
                        device=torch.device("cpu"), dtype=torch.float32)
     with pytest.raises(ConfigError) as err:

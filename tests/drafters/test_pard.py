@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec_cli.config.schema import MethodConfig, PardMethodConfig
-from specdec_cli.drafters import build_drafter
+from specdec_cli.drafters import build_drafter, learned
 from specdec_cli.drafters.base import DrafterDeps, DraftRequest
 from specdec_cli.drafters.pard import PardDrafter, load_pard, save_pard
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
@@ -183,7 +183,8 @@ def test_malformed_checkpoints_are_refused(target, checkpoint, tmp_path: Path, c
     assert message in str(err.value) and str(tmp_path) in str(err.value), str(err.value)
 
 
-def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target) -> None:
+def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(learned, "ASSETS", tmp_path)  # as for a target without a shipped draft
     with pytest.raises(ConfigError) as err:
         pard_drafter(target, None)
     assert len(err.value.violations) == 1
