@@ -11,18 +11,23 @@ import pytest
 import torch
 
 from specdec_cli.config.schema import (
+    DflashMethodConfig,
     DraftTargetMethodConfig,
+    Eagle3MethodConfig,
     MethodConfig,
+    MtpMethodConfig,
     NgramMethodConfig,
     NoneMethodConfig,
+    PardMethodConfig,
     SuffixMethodConfig,
+    WorkloadConfig,
 )
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import DrafterDeps
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.runner import run_requests
-from specdec_cli.engine.workload import encode_prompt, repetitive_prompts
+from specdec_cli.engine.workload import encode_prompt, load_prompts, repetitive_prompts
 from specdec_cli.models import load_model
 
 pytestmark = pytest.mark.realmodel
@@ -33,7 +38,8 @@ def embedded():
     return load_model(None)
 
 
-def _generate(embedded, method: MethodConfig, prompts: list[str], max_new: int) -> list[list[int]]:
+def _generate(embedded, method: MethodConfig, prompts: list[str], max_new: int,
+              stats: dict | None = None) -> list[list[int]]:
     model, tokenizer = embedded
     deps = DrafterDeps(model, 2, 512, model.arch.vocab_size, torch.device("cpu"), torch.float32)
     engine = SpecEngine(model, build_drafter(method, deps),
@@ -42,6 +48,8 @@ def _generate(embedded, method: MethodConfig, prompts: list[str], max_new: int) 
                         params=SamplingParams(0.0), max_new_tokens=max_new, eos_token_ids=(tokenizer.eos_token_id,))
                 for i, p in enumerate(prompts)]
     run_requests(engine, requests)
+    if stats is not None:
+        stats.update(engine.stats.summary())
     return [r.output_token_ids for r in requests]
 
 
@@ -51,6 +59,29 @@ def test_greedy_speculative_equals_autoregressive_on_the_embedded_model(embedded
     for method in (NgramMethodConfig(), SuffixMethodConfig(use_global_pool=True),
                    DraftTargetMethodConfig(self_speculative_layers=4, num_draft_tokens=2)):
         assert _generate(embedded, method, prompts, 40) == baseline, method.name
+
+
+SHIPPED = {"eagle3": Eagle3MethodConfig, "mtp": MtpMethodConfig, "draft_target": DraftTargetMethodConfig,
+           "pard": PardMethodConfig, "dflash": DflashMethodConfig}
+
+
+@pytest.fixture(scope="module")
+def chat_prompts() -> list[str]:
+    return [p.text for p in load_prompts(WorkloadConfig(source="mt_bench", num_prompts=2))]
+
+
+@pytest.fixture(scope="module")
+def chat_baseline(embedded, chat_prompts) -> list[list[int]]:
+    return _generate(embedded, NoneMethodConfig(), chat_prompts, 32)
+
+
+@pytest.mark.parametrize("method", list(SHIPPED))
+def test_shipped_drafts_are_lossless_and_accepted(embedded, chat_prompts, chat_baseline, method: str) -> None:
+    """The drafts shipped for the embedded target load with no flag, keep greedy output identical to
+    autoregressive decoding, and are accepted far more often than an untrained draft (~1%)."""
+    stats: dict = {}
+    assert _generate(embedded, SHIPPED[method](num_draft_tokens=4), chat_prompts, 32, stats) == chat_baseline
+    assert stats["acceptance_rate"] > 0.08, stats
 
 
 def test_specdec_run_end_to_end(tmp_path: Path) -> None:
