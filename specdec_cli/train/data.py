@@ -8,7 +8,6 @@ states are recomputed from these streams at training time, never stored.
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path

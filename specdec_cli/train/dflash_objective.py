@@ -23,7 +23,8 @@ import torch
 
 from specdec_cli.drafters.dflash import DFlashDraft
 from specdec_cli.models import Transformer
-from specdec_cli.train.pard_objective import gather_rows, init_weights, on_device, soft_cross_entropy
+from specdec_cli.train.pard_objective import gather_rows, init_weights, on_device
+from specdec_cli.train.tasks import soft_cross_entropy
 
 
 @dataclass

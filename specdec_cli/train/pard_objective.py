@@ -18,19 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Optional, TypeVar
+from typing import Optional, TypeVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from specdec_cli.drafters.dflash import masked_layer
 from specdec_cli.models import Transformer
+from specdec_cli.train.tasks import soft_cross_entropy
 
 INIT_STD = 0.02
-#: rows per LM-head chunk in the loss (their logits are recomputed in backward, never all stored)
-LOSS_CHUNK = 512
 BatchT = TypeVar("BatchT")
 
 
@@ -104,20 +101,6 @@ def pard_hidden(model: Transformer, batch: PardBatch) -> torch.Tensor:
     for layer in model.layers:
         x = masked_layer(layer, x, cos, sin, batch.attention)
     return model.norm(x)
-
-
-def soft_cross_entropy(rows: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], teacher_rows: torch.Tensor,
-                       teacher_head: torch.Tensor) -> torch.Tensor:
-    """Per row -sum_v p(v) log q(v): rows [M, H], q = softmax(head(rows)); p = softmax(teacher_rows [M, Ht]
-    @ teacher_head [V, Ht].T). Returns [M] float32; chunked, logits recomputed in backward."""
-    def chunk(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            p = torch.softmax(F.linear(teacher, teacher_head).float(), dim=-1)
-        return -(p * torch.log_softmax(head(student).float(), dim=-1)).sum(-1)
-
-    parts = [checkpoint(chunk, rows[i : i + LOSS_CHUNK], teacher_rows[i : i + LOSS_CHUNK], use_reentrant=False)
-             for i in range(0, rows.shape[0], LOSS_CHUNK)]
-    return torch.cat(parts) if parts else rows.sum(-1)  # no rows: an empty loss that still has a graph
 
 
 def gather_rows(values: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -68,19 +68,18 @@ class Batch:
         return F.pad(self.features[..., -hidden:], (0, 0, 0, shift))[:, shift : shift + length]
 
 
-def soft_cross_entropy(logits_fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor,
-                       teacher_rows: torch.Tensor, teacher_weight: torch.Tensor) -> torch.Tensor:
-    """Sum over rows [N, H] of -Σ_v p(v) log q(v), p = softmax(teacher_rows @ teacher_weight.T)."""
-    def chunk_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+def soft_cross_entropy(rows: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], teacher_rows: torch.Tensor,
+                       teacher_head: torch.Tensor) -> torch.Tensor:
+    """Per row -sum_v p(v) log q(v): rows [M, H], q = softmax(head(rows)); p = softmax(teacher_rows [M, Ht]
+    @ teacher_head [V, Ht].T). Returns [M] float32; chunked, logits recomputed in backward."""
+    def chunk(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            p = torch.softmax(F.linear(teacher, teacher_weight).float(), dim=-1)
-        return -(p * torch.log_softmax(logits_fn(student).float(), dim=-1)).sum()
+            p = torch.softmax(F.linear(teacher, teacher_head).float(), dim=-1)
+        return -(p * torch.log_softmax(head(student).float(), dim=-1)).sum(-1)
 
-    total = rows.new_zeros((), dtype=torch.float32)
-    for start in range(0, rows.shape[0], LOSS_CHUNK):
-        end = start + LOSS_CHUNK
-        total = total + checkpoint(chunk_loss, rows[start:end], teacher_rows[start:end], use_reentrant=False)
-    return total
+    parts = [checkpoint(chunk, rows[i : i + LOSS_CHUNK], teacher_rows[i : i + LOSS_CHUNK], use_reentrant=False)
+             for i in range(0, rows.shape[0], LOSS_CHUNK)]
+    return torch.cat(parts) if parts else rows.sum(-1)  # no rows: an empty loss that still has a graph
 
 
 @torch.no_grad()
@@ -138,7 +137,7 @@ class HeadTask(Task):
         total, per_step = batch.features.new_zeros(()), []
         for step, out in enumerate(outs):
             mask = batch.predicts_response(2 + step)
-            ce = soft_cross_entropy(self.head.logits, out[mask], batch.final(1 + step)[mask], self.teacher_weight)
+            ce = soft_cross_entropy(out[mask], self.head.logits, batch.final(1 + step)[mask], self.teacher_weight).sum()
             ce = ce / mask.sum().clamp_min(1)
             total = total + self.step_weight**step * ce
             per_step.append(float(ce.detach()))
@@ -172,7 +171,7 @@ class DraftModelTask(Task):
     def loss(self, batch: Batch) -> tuple[torch.Tensor, list[float]]:
         hidden = model_hidden(self.model, batch.tokens[:, : batch.features.shape[1]])
         mask = batch.predicts_response(1)
-        ce = soft_cross_entropy(self.model.lm_head, hidden[mask], batch.final(0)[mask], self.teacher_weight)
+        ce = soft_cross_entropy(hidden[mask], self.model.lm_head, batch.final(0)[mask], self.teacher_weight).sum()
         ce = ce / mask.sum().clamp_min(1)
         return ce, [float(ce.detach())]
 

@@ -29,15 +29,6 @@ MASK = 15
 HIDDEN = 32
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def target():
     return toy_model(0, vocab_size=VOCAB, num_layers=2)

@@ -19,15 +19,6 @@ from specdec_cli.train.data import _save_shard
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def specdec(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     monkeypatch.setenv("SPECDEC_DEBUG", "0")
     monkeypatch.setattr(sys, "argv", ["specdec", *args])
