@@ -224,10 +224,15 @@ class TrainConfig:
     # pard/dflash: the mask token id; None: pard's method.mask_token_id, else the first vocabulary row past
     # the tokenizer, its mask token, or its highest unused special token (SmolLM2: 16, <empty_output>)
     mask_token_id: Optional[int] = None
+    # pard/dflash: start from this checkpoint instead of random weights (a resumed run ignores it). pard: a
+    # causal-LM directory with the target's tokenizer (PARD adapts an existing small LM; e.g. the shipped
+    # draft_target draft, whose embedding stays the target's, frozen); dflash: a DFlash directory
+    init_from: Optional[str] = None
     eval_every: int = 100  # steps between held-out evaluations; <= 0: only at the end
     eval_sequences: int = 32  # held-out sequences evaluated
     checkpoint_every: int = 100  # steps between checkpoints (resume state + loadable artifact)
     resume: bool = True  # continue from out_dir's checkpoint when there is one
     time_budget_s: Optional[float] = None  # stop training (checkpointed) after this long
     feature_cache: bool = True  # target features computed once into the specdec cache (else per batch)
+    threads: int = 0  # CPU threads for training (0: every core)
     seed: int = 0

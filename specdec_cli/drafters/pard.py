@@ -80,11 +80,12 @@ class PardDrafter(ModelDrafter):
 
 
 def load_pard(path: str | Path, *, mask_token_id: Optional[int] = None, dtype: torch.dtype = torch.float32,
-              device: torch.device | str = "cpu") -> tuple[Transformer, int]:
-    """(draft model, mask token id) from a PARD directory; ConfigError naming the file/field/tensor."""
+              device: torch.device | str = "cpu", target: Optional[Transformer] = None) -> tuple[Transformer, int]:
+    """(draft model, mask token id) from a PARD directory (tensors it shares with ``target`` filled from
+    it, as a shipped draft's embedding); ConfigError naming the file/field/tensor."""
     directory = Path(path).expanduser()
     try:
-        model = load_hf_dir(directory, dtype=dtype, device=device)
+        model = load_hf_dir(directory, dtype=dtype, device=device, shared_from=target)
     except ModelLoadError as err:
         raise ConfigError([str(err)]) from None
     config_file = directory / "config.json"
@@ -120,6 +121,7 @@ def save_pard(model: Transformer, directory: str | Path, *, mask_token_id: int, 
 @DRAFTERS.register("pard")
 def build_pard(cfg: PardMethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("pard", "checkpoint")
-    model, mask_token_id = load_pard(path, mask_token_id=cfg.mask_token_id, dtype=deps.dtype, device=deps.device)
+    model, mask_token_id = load_pard(path, mask_token_id=cfg.mask_token_id, dtype=deps.dtype, device=deps.device,
+                                     target=deps.target)
     return PardDrafter(model, mask_token_id, vocab_size=deps.vocab_size, num_slots=deps.num_slots,
                        max_seq_len=deps.max_seq_len, policy=cfg.draft_policy)

@@ -152,7 +152,7 @@ def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | s
     shared = [name.removeprefix("model.") for name in config.get(SHARED_WITH_TARGET, [])]
     if shared and shared_from is None:
         raise ModelLoadError(f"{config_file}: a draft that shares {', '.join(shared)} with its target; "
-                             "load it as a draft (method=draft_target method.draft_path=...)")
+                             "load it as a drafter of that target (method.draft_path=... or method.checkpoint=...)")
     _load_weights(model, directory, shared_from.state_dict() if shared else {}, shared)
     return model.requires_grad_(False).eval()
 

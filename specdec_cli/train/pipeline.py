@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Optional
@@ -21,7 +22,9 @@ from specdec_cli.config.compose import conf_dir
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, eagle3_default_layers, load_model
-from specdec_cli.models.loading import EMBEDDED_NAME
+from specdec_cli.drafters.dflash import load_dflash
+from specdec_cli.drafters.pard import MASK_KEYS
+from specdec_cli.models.loading import EMBEDDED_NAME, ModelLoadError, load_hf_dir
 from specdec_cli.train.block_tasks import DflashTask, PardTask, default_mask_token_id
 from specdec_cli.train.data import CorpusSpec, generate_corpus, load_corpus
 from specdec_cli.train.dflash_objective import init_dflash
@@ -77,6 +80,12 @@ def check_train_config(cfg: TrainConfig) -> list[str]:
         out.append("model=hf needs model.path=<HF directory or .gguf file>")
     if cfg.model.path and not Path(cfg.model.path).expanduser().exists():
         out.append(f"model.path={cfg.model.path} does not exist")
+    if cfg.init_from and cfg.method.name not in ("pard", "dflash"):
+        out.append(f"init_from is read by pard and dflash only, not method={cfg.method.name}")
+    elif cfg.init_from and not (Path(cfg.init_from).expanduser() / "config.json").is_file():
+        out.append(f"init_from={cfg.init_from}: no config.json there (a checkpoint directory is expected)")
+    if cfg.threads < 0:
+        out.append(f"threads={cfg.threads} must be >= 0 (0: every core)")
     return out
 
 
@@ -105,22 +114,55 @@ def mask_token(cfg: TrainConfig, target: Transformer, tokenizer: Any) -> int:
 
 
 def build_block_task(cfg: TrainConfig, target: Transformer, tokenizer: Any) -> Task:
-    """pard / dflash: a fresh draft drafting ``method.num_draft_tokens`` tokens per forward."""
-    mask, k = mask_token(cfg, target, tokenizer), cfg.method.num_draft_tokens
+    """pard / dflash: a draft drafting ``method.num_draft_tokens`` tokens per forward, fresh or from ``init_from``."""
+    k = cfg.method.num_draft_tokens
+    init = Path(cfg.init_from).expanduser() if cfg.init_from else None
     if cfg.method.name == "pard":
-        try:
-            model = init_pard_from_target(target, cfg.pard_layers, hidden_size=cfg.pard_hidden_size, seed=cfg.seed)
-        except ValueError as err:
-            raise ConfigError([f"pard_hidden_size={cfg.pard_hidden_size}: {err}"]) from None
+        if init is not None:
+            model, init_mask = pard_start(init, target)
+        else:
+            try:
+                model = init_pard_from_target(target, cfg.pard_layers, hidden_size=cfg.pard_hidden_size, seed=cfg.seed)
+            except ValueError as err:
+                raise ConfigError([f"pard_hidden_size={cfg.pard_hidden_size}: {err}"]) from None
+            init_mask = None
+        mask = init_mask if init_mask is not None and cfg.mask_token_id is None else mask_token(cfg, target, tokenizer)
         return PardTask(model, target, mask_token_id=mask, depth=k, keep_ratio=cfg.pard_keep_ratio,
                         tokenizer=tokenizer, seed=cfg.seed)
     num = target.arch.num_layers
+    if init is not None:
+        draft = load_dflash(init, target, target_layers=getattr(cfg.method, "target_layers", None))
+        draft.block_size = k + 1
+        if cfg.mask_token_id is not None:
+            draft.mask_token_id = mask_token(cfg, target, tokenizer)
+        return DflashTask(draft.requires_grad_(True).train(), target, num_anchors=cfg.dflash_anchors, seed=cfg.seed)
     layers = tuple(getattr(cfg.method, "target_layers", None) or shared_layers(target) or range(num))
     if not all(0 <= layer < num for layer in layers):
         raise ConfigError([f"method.target_layers={list(layers)} must be output-of-layer ids in 0..{num - 1}"])
-    draft = init_dflash(target, layers, mask_token_id=mask, num_layers=cfg.dflash_layers, block_size=k + 1,
-                        seed=cfg.seed)
+    draft = init_dflash(target, layers, mask_token_id=mask_token(cfg, target, tokenizer), num_layers=cfg.dflash_layers,
+                        block_size=k + 1, seed=cfg.seed)
     return DflashTask(draft, target, num_anchors=cfg.dflash_anchors, seed=cfg.seed)
+
+
+def pard_start(directory: Path, target: Transformer) -> tuple[Transformer, Optional[int]]:
+    """(trainable float32 model, its mask token id if it is a PARD checkpoint) from ``init_from``: a causal
+    LM with the target's vocabulary. Tensors equal to the target's (a shared embedding / LM head) stay frozen."""
+    problem = f"init_from={directory}"
+    try:
+        model = load_hf_dir(directory, dtype=torch.float32, device=target.device, shared_from=target)
+    except ModelLoadError as err:
+        raise ConfigError([f"{problem}: {err}"]) from None
+    if model.arch.vocab_size != target.arch.vocab_size:
+        raise ConfigError([f"{problem}: vocabulary {model.arch.vocab_size} != the target's {target.arch.vocab_size} "
+                           "(PARD needs the target's tokenizer)"])
+    model.requires_grad_(True).train()
+    for mine, theirs in ((model.embed_tokens.weight, target.embed_tokens.weight),
+                         (model.lm_head.weight, target.lm_head.weight)):
+        if mine.shape == theirs.shape and torch.equal(mine, theirs.to(mine.dtype)):
+            mine.requires_grad_(False)
+    config = json.loads((directory / "config.json").read_text())
+    found = [config[key] for key in MASK_KEYS if isinstance(config.get(key), int)]
+    return model, (found[0] if found else None)
 
 
 def build_task(cfg: TrainConfig, target: Transformer, tokenizer: Any, sequences: Sequences,
@@ -164,7 +206,7 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
     def say(line: str) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(cfg.threads or max(1, os.cpu_count() or 1))
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda" if cfg.model.device == "cuda" or (
         cfg.model.device == "auto" and torch.cuda.is_available()) else "cpu")

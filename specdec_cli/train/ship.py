@@ -3,8 +3,8 @@
     python -m specdec_cli.train.ship METHOD RUN_DIR --command "specdec train method=METHOD ..."
 
 copies ``RUN_DIR/METHOD`` (what ``specdec train`` wrote) with its floating tensors in float16, drops
-the tensors a draft model shares with its target (draft_target: the embedding, listed in config.json
-under ``SHARED_WITH_TARGET`` and filled from the target at load time), refuses anything over
+the tensors a draft model (draft_target, pard) shares with its target (a frozen copy of its embedding,
+listed in config.json under ``SHARED_WITH_TARGET`` and filled from the target at load time), refuses anything over
 ``MAX_BYTES``, and writes ``manifest.json``: the command, the corpus, the steps and the held-out
 acceptance from ``RUN_DIR/train.json``. Benchmark numbers are added with ``--measured FILE.json``.
 """
@@ -15,34 +15,41 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
 from specdec_cli.drafters.learned import ASSETS, SHIPPED_TARGET, WEIGHTS_FILE, save_checkpoint
+from specdec_cli.models import Transformer, load_model
 from specdec_cli.models.loading import SHARED_WITH_TARGET
 
 MAX_BYTES = 20 * 1024 * 1024
-#: tensors of a draft model that are copies of the target's and stay frozen in training
+#: tensors of a draft model that may be copies of the target's (frozen in training), shipped by reference
 TARGET_COPIES = ("model.embed_tokens.weight", "lm_head.weight")
+#: methods whose draft is a whole causal LM (the others read the target's embedding at load time anyway)
+DRAFT_MODELS = ("draft_target", "pard")
 
 
-def shippable(method: str, config: dict[str, Any], tensors: dict[str, torch.Tensor]
+def shippable(config: dict[str, Any], tensors: dict[str, torch.Tensor], target: Optional[Transformer]
               ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(config, tensors) to ship: float16, without the tensors a draft_target shares with its target."""
+    """(config, tensors) to ship: float16, without the ``TARGET_COPIES`` tensors equal to ``target``'s
+    (a draft model's frozen embedding / LM head), which config.json lists under ``SHARED_WITH_TARGET``."""
     config = {**config, "torch_dtype": "float16"}
-    if method == "draft_target":
-        shared = [name for name in TARGET_COPIES if name in tensors]
+    if target is not None:
+        theirs = target.state_dict()
+        shared = [name for name in TARGET_COPIES if name in tensors and torch.equal(  # in the stored precision
+            tensors[name], theirs[name.removeprefix("model.")].to(tensors[name].dtype))]
         tensors = {name: t for name, t in tensors.items() if name not in shared}
-        config[SHARED_WITH_TARGET] = ["model.embed_tokens.weight"] + (
-            [] if config.get("tie_word_embeddings", False) else ["lm_head.weight"])
+        if shared:
+            config[SHARED_WITH_TARGET] = shared
     return config, {name: t.half() if t.is_floating_point() else t for name, t in tensors.items()}
 
 
 def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | None = None,
-         dest: Path | None = None, force: bool = False) -> Path:
+         dest: Path | None = None, force: bool = False, target: Optional[Transformer] = None) -> Path:
     """Write the shipped draft of ``run_dir`` (see the module doc); returns its directory. An existing
-    shipped draft is only replaced by one with a longer held-out acceptance length (or with ``force``)."""
+    shipped draft is only replaced by one with a longer held-out acceptance length (or with ``force``).
+    ``target`` (default: the embedded model) is what a draft model (draft_target, pard) may share tensors with."""
     from safetensors.torch import load_file
 
     dest = dest or ASSETS / SHIPPED_TARGET / method
@@ -55,7 +62,10 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
                              f"{old:.3f}; not replaced (--force to replace anyway)")
     source = run_dir / method
     config = json.loads((source / "config.json").read_text())
-    config, tensors = shippable(method, config, load_file(str(source / WEIGHTS_FILE)))
+    if target is None and method in DRAFT_MODELS:
+        target = load_model(None, dtype=torch.float32, device="cpu")[0]
+    config, tensors = shippable(config, load_file(str(source / WEIGHTS_FILE)),
+                                target if method in DRAFT_MODELS else None)
     size = sum(t.numel() * t.element_size() for t in tensors.values())
     if size > MAX_BYTES:
         raise SystemExit(f"{method}: {size / 2**20:.1f} MiB of weights, over the {MAX_BYTES / 2**20:.0f} MiB limit")

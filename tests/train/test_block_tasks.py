@@ -11,16 +11,18 @@ import pytest
 import torch
 from rich.console import Console
 
-from specdec_cli.config.schema import DflashMethodConfig, ModelConfig, PardMethodConfig, TrainConfig
+from specdec_cli.config.schema import DflashMethodConfig, Eagle3MethodConfig, ModelConfig, PardMethodConfig, TrainConfig
 from specdec_cli.drafters.base import DraftRequest
-from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash
+from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash, save_dflash
 from specdec_cli.drafters.pard import PardDrafter, load_pard
 from specdec_cli.testing import toy_model
 from specdec_cli.train.block_tasks import DflashTask, PardTask, default_mask_token_id
 from specdec_cli.train.dflash_objective import build_dflash_batch, init_dflash
 from specdec_cli.train.features import FeatureExtractor, OnlineFeatures, Sequences
 from specdec_cli.train.pard_objective import build_pard_batch, init_pard_from_target, pard_hidden
-from specdec_cli.train.pipeline import check_train_config
+from specdec_cli.train import ship as ship_module
+from specdec_cli.train.heads import new_draft_model, save_draft_model
+from specdec_cli.train.pipeline import build_block_task, check_train_config
 from specdec_cli.train.tasks import Batch, Task, teacher_argmax
 from specdec_cli.train.trainer import Trainer, TrainOptions
 
@@ -207,3 +209,55 @@ def test_default_mask_token_id() -> None:
     assert default_mask_token_id(tokenizer(151665), 151936) == 151665  # Qwen: the first padding row
     assert default_mask_token_id(tokenizer(49152, mask_token_id=7), 49152) == 7
     assert default_mask_token_id(None, 16) == 15
+
+
+def test_pard_init_from_a_draft_model_keeps_its_weights_freezes_the_shared_embedding_and_ships_by_reference(
+        target, sequences, tmp_path: Path) -> None:
+    """PARD adapts an existing causal LM: ``init_from`` starts from its weights; tensors equal to the target's
+    stay frozen through training and are shipped by reference (filled from the target at load time)."""
+    start = new_draft_model(target, 1)
+    with torch.no_grad():
+        start.layers[0].mlp.up_proj.weight.mul_(1.25)
+    save_draft_model(start, tmp_path / "start")
+    cfg = TrainConfig(method=PardMethodConfig(num_draft_tokens=3), model=ModelConfig(), init_from=str(tmp_path / "start"))
+    task = build_block_task(cfg, target, None)
+    assert isinstance(task, PardTask) and (task.mask_token_id, task.depth) == (MASK, 3)
+    assert torch.equal(task.model.layers[0].mlp.up_proj.weight, start.layers[0].mlp.up_proj.weight)
+    assert not task.model.embed_tokens.weight.requires_grad and task.model.layers[0].mlp.up_proj.weight.requires_grad
+
+    make_trainer(task, target, sequences, tmp_path / "run", steps=6).run()
+    assert torch.equal(task.model.embed_tokens.weight, target.embed_tokens.weight)
+    assert not torch.equal(task.model.layers[0].mlp.up_proj.weight, start.layers[0].mlp.up_proj.weight)
+    (tmp_path / "run" / "pard").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / "run" / "pard" / name).write_bytes((tmp_path / "run" / "draft" / name).read_bytes())
+    (tmp_path / "run" / "train.json").write_text(json.dumps({"steps": 6, "wall_s": 1.0, "trained_tokens": 9,
+                                                             "eval": {"acceptance_length": 1.2}}))
+    dest = ship_module.ship("pard", tmp_path / "run", "cmd", dest=tmp_path / "ship", target=target)
+    from safetensors.torch import load_file
+
+    assert "model.embed_tokens.weight" not in load_file(str(dest / "model.safetensors"))
+    with pytest.raises(Exception, match="shares"):
+        load_pard(dest)
+    loaded, mask = load_pard(dest, target=target)
+    assert mask == MASK and torch.equal(loaded.embed_tokens.weight, target.embed_tokens.weight)
+    torch.testing.assert_close(loaded.layers[0].mlp.up_proj.weight, task.model.layers[0].mlp.up_proj.weight.half().float())
+
+
+def test_dflash_init_from_a_checkpoint_keeps_its_weights_with_the_trained_block_size(target, tmp_path: Path) -> None:
+    start = init_dflash(target, (0, 1), mask_token_id=MASK, num_layers=1, block_size=9, seed=3)
+    save_dflash(start, tmp_path / "start")
+    cfg = TrainConfig(method=DflashMethodConfig(num_draft_tokens=2), model=ModelConfig(), init_from=str(tmp_path / "start"))
+    task = build_block_task(cfg, target, None)
+    assert isinstance(task, DflashTask)
+    draft = task.draft
+    assert (draft.block_size, draft.mask_token_id, draft.target_layers) == (3, MASK, (0, 1))
+    assert draft.fc.weight.requires_grad and torch.equal(draft.fc.weight, start.fc.weight)
+
+
+def test_init_from_and_threads_are_checked(tmp_path: Path) -> None:
+    bad = TrainConfig(method=Eagle3MethodConfig(), model=ModelConfig(), init_from=str(tmp_path), threads=-1)
+    assert check_train_config(bad) == ["init_from is read by pard and dflash only, not method=eagle3",
+                                       "threads=-1 must be >= 0 (0: every core)"]
+    missing = TrainConfig(method=PardMethodConfig(), model=ModelConfig(), init_from=str(tmp_path))
+    assert check_train_config(missing) == [f"init_from={tmp_path}: no config.json there (a checkpoint directory is expected)"]

@@ -34,7 +34,8 @@ def trained_run(tmp_path: Path):
 
 def test_shipped_draft_target_shares_the_embedding_and_loads_back(trained_run, tmp_path: Path) -> None:
     target, draft, run = trained_run
-    dest = ship_module.ship("draft_target", run, "specdec train method=draft_target", {"x": 1}, dest=tmp_path / "ship")
+    dest = ship_module.ship("draft_target", run, "specdec train method=draft_target", {"x": 1}, dest=tmp_path / "ship",
+                            target=target)
     config = json.loads((dest / "config.json").read_text())
     shared = ["model.embed_tokens.weight"] + ([] if target.arch.tie_word_embeddings else ["lm_head.weight"])
     assert config[SHARED_WITH_TARGET] == shared
@@ -61,8 +62,8 @@ def test_shipped_draft_target_shares_the_embedding_and_loads_back(trained_run, t
 
 
 def test_a_shared_tensor_of_the_wrong_shape_is_a_clear_error(trained_run, tmp_path: Path) -> None:
-    _, _, run = trained_run
-    dest = ship_module.ship("draft_target", run, "cmd", dest=tmp_path / "ship")
+    target, _, run = trained_run
+    dest = ship_module.ship("draft_target", run, "cmd", dest=tmp_path / "ship", target=target)
     other = toy_model(0, vocab_size=24, num_layers=2)
     with pytest.raises(ModelLoadError, match="embed_tokens.weight is shared with the target"):
         load_hf_dir(dest, dtype=torch.float32, device="cpu", shared_from=other)
@@ -70,12 +71,12 @@ def test_a_shared_tensor_of_the_wrong_shape_is_a_clear_error(trained_run, tmp_pa
 
 def test_ship_only_replaces_on_improvement_and_respects_the_size_limit(trained_run, tmp_path: Path,
                                                                        monkeypatch) -> None:
-    _, _, run = trained_run
+    target, _, run = trained_run
     dest = tmp_path / "ship"
-    ship_module.ship("draft_target", run, "cmd", dest=dest)
+    ship_module.ship("draft_target", run, "cmd", dest=dest, target=target)
     with pytest.raises(SystemExit, match="does not improve"):
-        ship_module.ship("draft_target", run, "cmd", dest=dest)
-    ship_module.ship("draft_target", run, "cmd", dest=dest, force=True)
+        ship_module.ship("draft_target", run, "cmd", dest=dest, target=target)
+    ship_module.ship("draft_target", run, "cmd", dest=dest, force=True, target=target)
     monkeypatch.setattr(ship_module, "MAX_BYTES", 100)
     with pytest.raises(SystemExit, match="over the"):
-        ship_module.ship("draft_target", run, "cmd", dest=tmp_path / "other")
+        ship_module.ship("draft_target", run, "cmd", dest=tmp_path / "other", target=target)
