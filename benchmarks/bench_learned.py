@@ -2,14 +2,15 @@
 
 Usage: chrt -f 5 .venv/bin/python benchmarks/bench_learned.py [--prompts 8] [--max-new 64]
            [--ks 2 4 6 8] [--methods eagle3 mtp draft_target pard dflash]
-           [--checkpoint eagle3=DIR ...] [--out benchmarks/results_learned.md]
+           [--checkpoint eagle3=DIR ...] [--out benchmarks/results_learned.md] [--record]
 
 Protocol (issues "Learned drafters I/II"): MT-Bench first turns (never trained on), chat template,
 batch 1, K draft tokens, greedy and temperature 1, the shipped drafts unless ``--checkpoint`` names
 another. Every configuration runs on every prompt, configurations alternate inside each prompt, and
 tokens/s is total tokens over total time per configuration, so each speed-up over ``none`` is a
 ratio from one run. Writes the markdown table, a JSON of every number (``--out`` with ``.json``) and
-a plot of acceptance length and speed-up against K (``.png``).
+a plot of acceptance length and speed-up against K (``.png``). ``--record`` also writes each shipped
+draft's numbers into the ``measured`` field of its ``manifest.json``.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from specdec_cli.config.schema import (
 )
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import DrafterDeps
+from specdec_cli.drafters.learned import ASSETS, SHIPPED_TARGET
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.runner import run_requests
@@ -125,6 +127,22 @@ def write(args, rows: list[dict]) -> None:
     print(text)
 
 
+def record(args, rows: list[dict], methods: list[str]) -> None:
+    """The measured numbers of each method in ``methods`` into its shipped draft's manifest.json."""
+    for method in methods:
+        path = ASSETS / SHIPPED_TARGET / method / "manifest.json"
+        manifest = json.loads(path.read_text())
+        measured: dict = {"benchmark": f"{args.out.as_posix()} (MT-Bench first turns, {args.prompts} prompts x "
+                                       f"{args.max_new} tokens, batch 1, 2-vCPU CPU)"}
+        for r in rows:
+            if r["method"] == method:
+                sampler = "greedy" if r["temperature"] == 0 else "T=1"
+                measured[f"K={r['k']} {sampler}"] = {"acceptance_length": r["acceptance_length"],
+                                                     "speedup_vs_none": r["speedup"], "per_position": r["per_position"]}
+        manifest["measured"] = measured
+        path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def plot(rows: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -154,6 +172,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--checkpoint", action="append", default=[], help="METHOD=DIR (default: the shipped draft)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results_learned.md"))
+    parser.add_argument("--record", action="store_true", help="write the numbers into the shipped manifests")
     args = parser.parse_args()
     torch.set_num_threads(2)
     checkpoints = dict(item.split("=", 1) for item in args.checkpoint)
@@ -173,7 +192,10 @@ def main() -> None:
             for config in order:
                 run_one(config, tokenizer, prompt_ids, temperature, args.max_new, index)
         print(f"prompt {index + 1}/{len(encoded)} done", flush=True)
-    write(args, results(configs))
+    rows = results(configs)
+    write(args, rows)
+    if args.record:
+        record(args, rows, [m for m in args.methods if m not in checkpoints])
 
 
 if __name__ == "__main__":
