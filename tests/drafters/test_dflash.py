@@ -82,8 +82,11 @@ def test_features_from_the_engine_equal_recomputed_ones(target, checkpoint) -> N
     assert torch.allclose(with_features.draft_probs, without.draft_probs, atol=1e-5)
 
 
-def test_block_longer_than_the_draft_gives_ragged_drafts(target) -> None:
-    drafter = drafter_for(target, toy_dflash_checkpoint(block_size=3))
+def test_block_longer_than_the_draft_gives_ragged_drafts(target, caplog) -> None:
+    """K beyond block_size - 1: the draft proposes block_size - 1 tokens, and building it says so."""
+    with caplog.at_level("WARNING"):
+        drafter = drafter_for(target, toy_dflash_checkpoint(block_size=3))
+    assert "proposes at most 2 tokens per step, not 3" in caplog.text
     drafter.add_request(0, CONTEXT)
     proposal = drafter.propose([request(CONTEXT, temperature=0.0)], 4)
     assert proposal.num_drafts == [2] and proposal.tokens.shape == (1, 4)
