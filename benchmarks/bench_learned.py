@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,9 +122,11 @@ def write(args, rows: list[dict]) -> None:
                      f"{r['acceptance_length']:.2f} | {per} |")
     command = (f"chrt -f 5 .venv/bin/python benchmarks/bench_learned.py --prompts {args.prompts} "
                f"--max-new {args.max_new} --ks {' '.join(map(str, args.ks))} --methods {' '.join(args.methods)}")
-    text = "\n".join([f"Command: `{command}`", "", *lines, ""])
+    machine = (f"{platform.machine()}, {os.cpu_count()} vCPUs, torch {torch.__version__}, fp32, batch 1, "
+               f"{time.strftime('%Y-%m-%d')}")
+    text = "\n".join([f"Command: `{command}`", "", f"Machine: {machine}", "", *lines, ""])
     args.out.write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "machine": machine, "rows": rows}, indent=1) + "\n")
     plot(rows, args.out.with_suffix(".png"))
     print(text)
 

@@ -64,8 +64,9 @@ def test_greedy_speculative_equals_autoregressive_on_the_embedded_model(embedded
 SHIPPED = {"eagle3": Eagle3MethodConfig, "mtp": MtpMethodConfig, "draft_target": DraftTargetMethodConfig,
            "pard": PardMethodConfig, "dflash": DflashMethodConfig}
 #: greedy acceptance length floors at K=4, about half the gain measured in benchmarks/results_learned.md
-#: (an untrained draft reaches ~1.03); the shipped PARD draft is undertrained (measured 1.05)
-MIN_ACCEPTANCE_LENGTH = {"eagle3": 1.2, "mtp": 1.2, "draft_target": 1.2, "pard": 1.0, "dflash": 1.1}
+#: (an untrained draft reaches ~1.03; on these two prompts: eagle3 1.55, mtp 1.41, draft_target 1.38,
+#: pard 1.29, dflash 1.48)
+MIN_ACCEPTANCE_LENGTH = {"eagle3": 1.2, "mtp": 1.2, "draft_target": 1.2, "pard": 1.15, "dflash": 1.25}
 
 
 @pytest.fixture(scope="module")
