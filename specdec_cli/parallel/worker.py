@@ -28,6 +28,11 @@ def _report(err: BaseException) -> tuple[list[str], int]:
     return [f"{type(err).__name__}: {text}"], 1
 
 
+#: each rank's context (its store, and so the TCPStore server on rank 0) outlives ``main``: the
+#: process leaves with ``os._exit`` before any of their C++ destructors can run (see below)
+_KEEP: list[object] = []
+
+
 def main() -> int:
     """Run the job on stdin as the rank the environment names; returns the exit code."""
     job: WorkerJob = pickle.load(sys.stdin.buffer)
@@ -35,6 +40,7 @@ def main() -> int:
     failed_at = None
     try:
         with distributed(job.device_kind) as ctx:
+            _KEEP.append(ctx)
             try:
                 job.fn(ctx, *job.args)
             except Exception:
