@@ -111,22 +111,31 @@ def results(configs: list[Config]) -> list[dict]:
     return rows
 
 
+def sampler_name(temperature: float) -> str:
+    return "greedy" if temperature == 0 else "T=1"
+
+
+def machine() -> str:
+    """The machine line recorded with the results."""
+    return (f"{platform.machine()}, {os.cpu_count()} vCPUs, torch {torch.__version__}, fp32, batch 1, "
+            f"{time.strftime('%Y-%m-%d')}")
+
+
 def write(args, rows: list[dict]) -> None:
     lines = ["| method | K | sampler | tokens/s | speed-up vs `none` | acceptance length | "
              "per-position acceptance |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        sampler = "greedy" if r["temperature"] == 0 else "T=1"
+        sampler = sampler_name(r["temperature"])
         per = " / ".join(f"{a:.2f}" for a in r["per_position"]) or "-"
         k = "-" if r["method"] == "none" else str(r["k"])
         lines.append(f"| {r['method']} | {k} | {sampler} | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
                      f"{r['acceptance_length']:.2f} | {per} |")
     command = (f"chrt -f 5 .venv/bin/python benchmarks/bench_learned.py --prompts {args.prompts} "
                f"--max-new {args.max_new} --ks {' '.join(map(str, args.ks))} --methods {' '.join(args.methods)}")
-    machine = (f"{platform.machine()}, {os.cpu_count()} vCPUs, torch {torch.__version__}, fp32, batch 1, "
-               f"{time.strftime('%Y-%m-%d')}")
-    text = "\n".join([f"Command: `{command}`", "", f"Machine: {machine}", "", *lines, ""])
+    host = machine()
+    text = "\n".join([f"Command: `{command}`", "", f"Machine: {host}", "", *lines, ""])
     args.out.write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "machine": machine, "rows": rows}, indent=1) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "machine": host, "rows": rows}, indent=1) + "\n")
     plot(rows, args.out.with_suffix(".png"))
     print(text)
 
@@ -137,12 +146,12 @@ def record(args, rows: list[dict], methods: list[str]) -> None:
         path = ASSETS / SHIPPED_TARGET / method / "manifest.json"
         manifest = json.loads(path.read_text())
         measured: dict = {"benchmark": f"{args.out.as_posix()} (MT-Bench first turns, {args.prompts} prompts x "
-                                       f"{args.max_new} tokens, batch 1, 2-vCPU CPU)"}
+                                       f"{args.max_new} tokens; {machine()})"}
         for r in rows:
             if r["method"] == method:
-                sampler = "greedy" if r["temperature"] == 0 else "T=1"
-                measured[f"K={r['k']} {sampler}"] = {"acceptance_length": r["acceptance_length"],
-                                                     "speedup_vs_none": r["speedup"], "per_position": r["per_position"]}
+                measured[f"K={r['k']} {sampler_name(r['temperature'])}"] = {
+                    "acceptance_length": r["acceptance_length"], "speedup_vs_none": r["speedup"],
+                    "per_position": r["per_position"]}
         manifest["measured"] = measured
         path.write_text(json.dumps(manifest, indent=2) + "\n")
 
@@ -157,7 +166,7 @@ def plot(rows: list[dict], path: Path) -> None:
     for method in dict.fromkeys(r["method"] for r in rows if r["method"] != "none"):
         for temperature, style in ((0.0, "-o"), (1.0, "--s")):
             picked = [r for r in rows if r["method"] == method and r["temperature"] == temperature]
-            label = f"{method} ({'greedy' if temperature == 0 else 'T=1'})"
+            label = f"{method} ({sampler_name(temperature)})"
             axes[0].plot([r["k"] for r in picked], [r["acceptance_length"] for r in picked], style, label=label)
             axes[1].plot([r["k"] for r in picked], [r["speedup"] for r in picked], style, label=label)
     axes[0].set(xlabel="K (draft tokens)", ylabel="acceptance length (tokens / verify)", title="acceptance")

@@ -304,9 +304,8 @@ def save_dflash(draft: DFlashDraft, directory: str | Path, *, dtype: Optional[to
 def build_dflash(cfg: DflashMethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("dflash", "checkpoint")
     draft = load_dflash(path, deps.target, target_layers=cfg.target_layers, dtype=deps.dtype, device=deps.device)
-    longest = max([cfg.num_draft_tokens, *cfg.draft_len_schedule.values()])
-    if longest > draft.block_size - 1:
+    if cfg.num_draft_tokens > draft.block_size - 1:  # the schedule's lengths never exceed it (validated)
         log.warning("this DFlash draft has block_size %d: it proposes at most %d tokens per step, not %d",
-                    draft.block_size, draft.block_size - 1, longest)
+                    draft.block_size, draft.block_size - 1, cfg.num_draft_tokens)
     return DFlashDrafter(draft, deps.target, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len,
                          policy=cfg.draft_policy)
