@@ -37,7 +37,7 @@ from specdec_cli.config.compose import conf_dir, to_run_config
 from specdec_cli.config.store import register_configs
 from specdec_cli.config.validate import resolve
 from specdec_cli.errors import SpecdecError
-from specdec_cli.report.files import atomic_write_json
+from specdec_cli.files import atomic_write_json
 
 CONTEXT_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True}  # all to Hydra
 METAVAR = "[OVERRIDES AND HYDRA FLAGS]"

@@ -29,7 +29,7 @@ from specdec_cli.models import KVCache, ModelArch, Transformer
 from specdec_cli.models.fast_linear import Linear, LinearGroup
 from specdec_cli.models.layers import MLP, Attention, RaggedBatch, RMSNorm
 from specdec_cli.models.rope import RotaryTables
-from specdec_cli.report.files import atomic_write_bytes, atomic_write_json
+from specdec_cli.files import atomic_write_bytes, atomic_write_json
 from specdec_cli.sampling import draft_to_target_ids, probs_from_logits, sample_from_probs
 
 log = logging.getLogger(__name__)

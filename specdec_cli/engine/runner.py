@@ -25,7 +25,7 @@ from specdec_cli.engine.request import Request
 from specdec_cli.engine.workload import build_requests
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import load_model
-from specdec_cli.report.files import atomic_write_json, atomic_write_jsonl
+from specdec_cli.files import atomic_write_json, atomic_write_jsonl
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

@@ -44,7 +44,7 @@ from specdec_cli.parallel.context import RankContext, distributed, launched_as_r
 from specdec_cli.parallel.drafters import shard_target_and_build_drafter
 from specdec_cli.parallel.launch import spawn_ranks
 from specdec_cli.parallel.merge import RankShare, merge_rows, merge_stats
-from specdec_cli.report.files import atomic_write_json, atomic_write_jsonl
+from specdec_cli.files import atomic_write_json, atomic_write_jsonl
 
 
 def run_parallel_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,

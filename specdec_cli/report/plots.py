@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from specdec_cli.report.files import atomic_write_bytes
+from specdec_cli.files import atomic_write_bytes
 from specdec_cli.report.rows import ReportRow
 
 PLOT_NAMES = ("acceptance_speedup.png", "per_position_acceptance.png", "tokens_per_s_vs_k.png")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec_cli.report.collect import MissingRun, collect_runs
-from specdec_cli.report.files import atomic_write_text
+from specdec_cli.files import atomic_write_text
 from specdec_cli.report.rows import ReportRow, build_rows
 from specdec_cli.report.tables import to_csv, to_markdown
 

@@ -20,7 +20,7 @@ from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.runner import run_requests
 from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import Transformer
-from specdec_cli.report.files import atomic_write_json
+from specdec_cli.files import atomic_write_json
 from specdec_cli.train.prompts import distill_prompts, is_held_out
 
 

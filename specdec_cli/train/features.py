@@ -19,7 +19,7 @@ import torch
 
 from specdec_cli.models import KVCache, Transformer
 from specdec_cli.models.loading import cache_root
-from specdec_cli.report.files import atomic_write_json
+from specdec_cli.files import atomic_write_json
 
 #: tokens per feature batch and most sequences per batch (bounds the scratch KV cache)
 BATCH_TOKENS = 4096

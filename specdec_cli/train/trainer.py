@@ -19,7 +19,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from specdec_cli.report.files import atomic_write_json
+from specdec_cli.files import atomic_write_json
 from specdec_cli.train.features import Sequences
 from specdec_cli.train.tasks import Batch, Task, chain_stats, teacher_argmax
 

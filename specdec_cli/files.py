@@ -1,4 +1,4 @@
-"""Atomic result files: a crashed run never leaves a truncated results.json."""
+"""Atomic file writes (no project imports): a crashed run never leaves a truncated file."""
 from __future__ import annotations
 
 import json
