@@ -10,13 +10,12 @@ from specdec_cli.models.arch import (
     eagle3_default_layers,
     layer_ids_from_input_convention,
 )
-from specdec_cli.models.errors import CacheFullError, CacheOverflowError, ModelError, ModelLoadError
+from specdec_cli.models.errors import CacheOverflowError, ModelError, ModelLoadError
 from specdec_cli.models.kv_cache import KVCache
 from specdec_cli.models.loading import embedded_model_path, load_model
 from specdec_cli.models.transformer import ForwardOutput, Transformer
 
 __all__ = [
-    "CacheFullError",
     "CacheOverflowError",
     "ForwardOutput",
     "KVCache",

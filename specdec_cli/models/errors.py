@@ -12,9 +12,5 @@ class ModelLoadError(ModelError):
     """A checkpoint could not be loaded: missing file, bad tensor shape, unsupported architecture."""
 
 
-class CacheFullError(ModelError):
-    """``KVCache.allocate`` found no free slot."""
-
-
 class CacheOverflowError(ModelError):
     """A forward would write past a slot's ``max_len``."""

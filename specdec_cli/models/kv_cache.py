@@ -2,15 +2,15 @@
 
 Layout per layer: ``k[layer]``, ``v[layer]`` = [num_slots, num_kv_heads, max_len, head_dim].
 Slot ``s`` holds ``length(s)`` committed entries at positions ``0 .. length(s)-1``; entries
-past the length are never read, so ``rewind`` and ``free`` only move the host-side length
-(no device work, no sync) and a reused slot cannot see its previous owner's keys.
+past the length are never read, so ``rewind`` only moves the host-side length (no device work,
+no sync) and a slot rewound to 0 for its next owner cannot see its previous owner's keys.
 Lengths live on the host: the model reads them to place new tokens without a device sync.
 """
 from __future__ import annotations
 
 import torch
 
-from specdec_cli.models.errors import CacheFullError, CacheOverflowError
+from specdec_cli.models.errors import CacheOverflowError
 
 
 class KVCache:
@@ -36,24 +36,6 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self._lengths = [0] * num_slots
-        self._free = list(range(num_slots - 1, -1, -1))  # pop() hands out the lowest slot first
-
-    def allocate(self) -> int:
-        """Reserve a free slot (length 0) and return its index."""
-        if not self._free:
-            raise CacheFullError(f"KV cache full: all {self.num_slots} slots are in use; free a slot or add slots")
-        slot = self._free.pop()
-        self._lengths[slot] = 0
-        return slot
-
-    def free(self, slot: int) -> None:
-        """Return ``slot`` to the pool; its length becomes 0."""
-        self._check_slot(slot)
-        if slot in self._free:
-            raise ValueError(f"slot {slot} is already free")
-        self._lengths[slot] = 0
-        self._free.append(slot)
-        self._free.sort(reverse=True)
 
     def length(self, slot: int) -> int:
         """Committed tokens in ``slot`` (a host int)."""
