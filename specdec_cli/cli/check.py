@@ -10,7 +10,8 @@ from rich.text import Text
 
 from specdec_cli.cli.output import console, print_effective
 from specdec_cli.config.compose import compose_config
-from specdec_cli.config.matrix import FEATURES, METHODS, support
+from specdec_cli.config.matrix import FEATURES, support
+from specdec_cli.config.methods import method_names
 from specdec_cli.config.validate import resolve
 
 # short column headers (explained by LEGEND); messages use matrix.FEATURES
@@ -58,7 +59,7 @@ def _matrix_cells() -> tuple[list[list[str]], list[str]]:
     """Rows of ✓/✗ cells (a number points at a note) and the numbered notes."""
     notes: list[str] = []
     rows = []
-    for method in METHODS:
+    for method in method_names():
         row = [method]
         for feature in FEATURES:
             cell = support(method, feature)

@@ -1,13 +1,14 @@
 """The support matrix as data: feature -> method -> Support(supported, reason).
 
 ``specdec check`` prints it and ``config/validate.py`` reads it; nothing else decides
-which method supports what. Flipping a feature for every method is a one-line change
+which method supports what. Its columns are the methods of ``config/methods.py``'s table. Flipping a feature for every method is a one-line change
 (e.g. ``"guided_decoding": _every(Support(False, PLANNED))``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specdec_cli.config.methods import method_names
 
 @dataclass(frozen=True)
 class Support:
@@ -17,10 +18,10 @@ class Support:
     reason: str = ""
 
 
-MODEL_BASED = ("draft_target", "mtp", "eagle3", "pard", "dflash")
-RETRIEVAL = ("ngram", "suffix")
-NON_SPECULATIVE = ("none",)
-METHODS = NON_SPECULATIVE + MODEL_BASED + RETRIEVAL
+METHODS = method_names()
+MODEL_BASED = method_names("model")
+RETRIEVAL = method_names("retrieval")
+NON_SPECULATIVE = method_names("none")
 MAX_DRAFT_TOKENS = 16
 
 # feature key -> what it is called in messages

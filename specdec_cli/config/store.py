@@ -10,39 +10,20 @@ from __future__ import annotations
 
 from hydra.core.config_store import ConfigStore
 
+from specdec_cli.config.methods import method_schemas
 from specdec_cli.config.schema import (
-    DflashMethodConfig,
-    DraftTargetMethodConfig,
-    Eagle3MethodConfig,
     HfModelConfig,
-    MethodConfig,
     ModelConfig,
-    MtpMethodConfig,
-    NgramMethodConfig,
-    NoneMethodConfig,
     ParallelismConfig,
-    PardMethodConfig,
     RejectionConfig,
     RunConfig,
     SamplerConfig,
-    SuffixMethodConfig,
     WorkloadConfig,
 )
 
-METHOD_SCHEMAS: dict[str, type[MethodConfig]] = {
-    "none": NoneMethodConfig,
-    "draft_target": DraftTargetMethodConfig,
-    "mtp": MtpMethodConfig,
-    "eagle3": Eagle3MethodConfig,
-    "pard": PardMethodConfig,
-    "dflash": DflashMethodConfig,
-    "ngram": NgramMethodConfig,
-    "suffix": SuffixMethodConfig,
-}
-
 # group -> {key: schema}, each stored as ``base_<key>`` in that group
 SCHEMAS: dict[str, dict[str, type]] = {
-    "method": dict(METHOD_SCHEMAS),
+    "method": method_schemas(),
     "sampler": {"sampler": SamplerConfig},
     "rejection": {"rejection": RejectionConfig},
     "parallelism": {"parallelism": ParallelismConfig},

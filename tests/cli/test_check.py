@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdec_cli.cli.check import matrix_markdown
-from specdec_cli.config.matrix import METHODS
+from specdec_cli.config.methods import method_names
 from specdec_cli.errors import ConfigError
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -22,7 +22,7 @@ def test_help(specdec) -> None:
 def test_check_prints_the_matrix(specdec) -> None:
     result = specdec("check")
     assert result.exit_code == 0 and result.err == ""
-    for method in METHODS:
+    for method in method_names():
         assert method in result.out
     assert "not implemented yet (planned)" in result.out
 

@@ -10,7 +10,7 @@ import pytest
 from specdec_cli.config.compose import compose_config
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.hardware import Hardware
-from specdec_cli.config.matrix import MODEL_BASED, PLANNED, RETRIEVAL
+from specdec_cli.config.matrix import METHODS, MODEL_BASED, NON_SPECULATIVE, PLANNED, RETRIEVAL
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.config.validate import resolve
 from specdec_cli.errors import ConfigError
@@ -18,7 +18,6 @@ from specdec_cli.errors import ConfigError
 CPU = Hardware(cuda=False, flashinfer_problem="flashinfer needs a CUDA device")
 GPU = Hardware(cuda=True, flashinfer_problem=None)
 GPU_NO_FLASHINFER = Hardware(cuda=True, flashinfer_problem="flashinfer is not importable")
-METHODS = ("none", *MODEL_BASED, *RETRIEVAL)
 SAMPLERS = ("greedy", "temperature", "topk", "topp", "topk_topp")
 WORKLOADS = ("quick", "mt_bench", "repetitive", "mixed")
 
@@ -71,7 +70,7 @@ def test_rejection_on_is_refused_for_retrieval_drafters(method: str) -> None:
     assert f"method={method}" in line and "rejection sampling" in line and "one-hot q" in line
 
 
-@pytest.mark.parametrize("method", [*RETRIEVAL, "none"])
+@pytest.mark.parametrize("method", [*RETRIEVAL, *NON_SPECULATIVE])
 def test_rejection_auto_turns_off_silently_with_a_reason(method: str) -> None:
     result = effective(f"method={method}", "sampler=topk")
     assert not result.rejection

@@ -1,0 +1,109 @@
+"""Support-matrix rules: which features a run uses, which of them its method refuses, and the
+rejection-sampling and backend choices (the only place either is decided).
+
+An explicit request the matrix refuses (``rejection=on``, ``rejection.backend=flashinfer``) is a violation;
+``auto`` falls back and records why in ``Findings.reasons``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specdec_cli.config.fields import not_one_of
+from specdec_cli.config.hardware import Hardware
+from specdec_cli.config.matrix import FEATURES, REJECTION_EXCLUSIONS, support
+from specdec_cli.config.methods import TABLE
+from specdec_cli.config.schema import RunConfig
+
+REJECTION_MODES = ("auto", "on", "off")
+BACKENDS = ("auto", "torch", "flashinfer")
+
+
+@dataclass
+class Findings:
+    """What validation found so far: violations (errors) and reasons (silent decisions explained)."""
+
+    violations: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def features_in_use(cfg: RunConfig) -> dict[str, bool]:
+    """feature -> whether ``cfg`` asks for it (the matrix features a config can switch on)."""
+    return {
+        "relaxed_acceptance": cfg.method.relaxed_acceptance,
+        "dynamic_draft_length": bool(cfg.method.draft_len_schedule),
+        "tensor_parallel": cfg.parallelism.tp > 1,
+        "attention_dp": cfg.parallelism.dp > 1,
+        "context_parallel": cfg.parallelism.cp > 1,
+        "guided_decoding": cfg.sampler.guided_decoding is not None,
+    }
+
+
+def check_features(cfg: RunConfig) -> list[str]:
+    """One violation per feature in use that the method does not support."""
+    if cfg.method.name not in TABLE:
+        return []  # already reported; the matrix has no row for it
+    return [
+        unsupported(cfg.method.name, feature)
+        for feature, used in features_in_use(cfg).items()
+        if used and not support(cfg.method.name, feature).supported
+    ]
+
+
+def resolve_rejection(cfg: RunConfig, found: Findings) -> bool:
+    """Whether rejection sampling runs: ``on`` must be possible, ``auto`` turns off when it is not."""
+    mode = cfg.rejection.mode
+    if mode not in REJECTION_MODES:
+        found.violations.append(not_one_of("rejection.mode", mode, REJECTION_MODES))
+        return False
+    if mode == "off" or cfg.method.name not in TABLE:
+        return False
+    blockers = []
+    if not support(cfg.method.name, "rejection_sampling").supported:
+        blockers.append(unsupported(cfg.method.name, "rejection_sampling"))
+    in_use = features_in_use(cfg)
+    blockers += [
+        f"rejection sampling cannot be combined with {FEATURES[feature]}: {why}"
+        for feature, why in REJECTION_EXCLUSIONS.items()
+        if in_use[feature]
+    ]
+    if mode == "on":
+        found.violations += blockers
+        return True
+    found.reasons += [f"rejection=auto -> off: {blocker}" for blocker in blockers]
+    return not blockers
+
+
+def resolve_backend(
+    cfg: RunConfig, rejection: bool, device: str, hw: Hardware, found: Findings
+) -> str:
+    """The rejection-sampling backend: ``torch`` | ``flashinfer`` (``auto``: flashinfer when usable)."""
+    requested, method = cfg.rejection.backend, cfg.method.name
+    if requested not in BACKENDS:
+        found.violations.append(not_one_of("rejection.backend", requested, BACKENDS))
+        return "torch"
+    if requested == "torch" or (requested == "auto" and not rejection):
+        return "torch"
+    problem = hw.flashinfer_problem
+    if problem is None and device != "cuda":
+        problem = "flashinfer needs model.device=cuda"
+    if requested == "auto":
+        if problem:
+            found.reasons.append(f"rejection.backend=auto -> torch ({problem})")
+            return "torch"
+        found.reasons.append("rejection.backend=auto -> flashinfer")
+        return "flashinfer"
+    if method in TABLE and not support(method, "flashinfer_backend").supported:
+        found.violations.append(unsupported(method, "flashinfer_backend"))
+    elif not rejection:
+        found.violations.append("rejection.backend=flashinfer but rejection sampling is off")
+    elif problem:
+        found.violations.append(f"rejection.backend=flashinfer is unavailable: {problem}")
+    return "flashinfer"
+
+
+def unsupported(method: str, feature: str) -> str:
+    """The message for a matrix cell that refuses ``feature``."""
+    reason = support(method, feature).reason
+    return f"method={method} does not support {FEATURES[feature]}: {reason}"
+
+
