@@ -1,9 +1,14 @@
-"""Workloads: where prompts come from, turned into engine requests.
+"""Workloads: where prompts come from, validated without a tokenizer, then turned into requests.
 
-``builtin`` (a few chat prompts), ``mt_bench`` (MT-Bench first turns, bundled),
-``jsonl`` (a user file: one object per line with ``prompt`` and optional ``id``,
-``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``) and ``repetitive``
-(synthetic copy/edit tasks whose answers repeat the prompt: where n-gram methods shine).
+``builtin`` (a few chat prompts), ``mt_bench`` (MT-Bench first turns, bundled or a file of
+``{"question_id", "turns"}`` lines), ``jsonl`` (a user file: one object per line with ``prompt``
+(a string) or ``messages`` (a chat: ``[{"role", "content"}, ...]``, the last from the user), and
+optional ``id``, ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``) and
+``repetitive`` (synthetic copy/edit tasks whose answers repeat the prompt: where n-gram methods shine).
+
+Two stages, so that bad input fails before any model loads: ``read_workload`` parses and
+validates (every problem of every row, one ``file:line: ...`` line each, in one ``ConfigError``);
+``build_requests`` tokenises the rows; ``check_requests`` refuses requests that cannot fit.
 """
 from __future__ import annotations
 
@@ -11,11 +16,11 @@ import json
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from specdec_cli.config.schema import SamplerConfig, WorkloadConfig
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.errors import ConfigError
+from specdec_cli.errors import SAMPLING_FIELDS, ConfigError, sampling_problems
 
 BUILTIN_PROMPTS = (
     "What is the capital of France? Answer in one sentence.",
@@ -54,72 +59,184 @@ def repetitive_prompts(count: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class PromptSpec:
+class WorkloadRow:
+    """One validated prompt: ``text`` (for a chat row, its turns as ``role: content`` lines),
+    ``messages`` (the chat, else None) and its per-request sampling ``overrides``."""
+
     id: str
     text: str
     overrides: dict[str, Any]
+    messages: Optional[tuple[dict[str, str], ...]] = None
 
 
-def _mt_bench(path: Optional[str]) -> list[PromptSpec]:
-    source = Path(path) if path else resources.files("specdec_cli.data").joinpath("mt_bench_questions.jsonl")
-    lines = source.read_text(encoding="utf-8").splitlines()
-    return [PromptSpec(f"mt_bench_{row['question_id']}", row["turns"][0], {}) for row in map(json.loads, lines) if row]
+ROLES = ("system", "user", "assistant")
+JSONL_FORMAT = ("one JSON object per line with 'prompt' (a string) or 'messages' ([{role, content}, ...]), "
+                f"optional 'id' and {', '.join(SAMPLING_FIELDS)}")
+MT_BENCH_FORMAT = 'one JSON object per line with "question_id" and "turns" (a list of strings)'
 
 
-def _jsonl(path: str) -> list[PromptSpec]:
-    specs, problems = [], []
-    allowed = {"id", "prompt", "max_new_tokens", "temperature", "top_k", "top_p", "seed"}
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
+def _lines(path: Path, expected: str, problems: list[str]) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines; unreadable or non-UTF-8 lines become problems."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        problems.append(f"{path}: cannot read the workload file ({err.strerror or err})")
+        return []
+    lines, offset = [], 0
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            problems.append(f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} at byte offset "
+                            f"{offset + err.start} of the file); save the file as UTF-8")
+            text = ""
+        offset += len(raw) + 1
+        if text.strip():
+            lines.append((number, text))
+    if lines and lines[0][1].lstrip().startswith("["):
+        problems.append(f"{path}: a JSON array; expected JSON Lines: {expected}")
+        return []
+    return lines
+
+
+def _objects(path: Path, expected: str, problems: list[str]) -> Iterable[tuple[int, str, dict[str, Any]]]:
+    """(line number, ``file:line``, object) per line that is a JSON object; other lines become problems."""
+    for number, line in _lines(path, expected, problems):
+        where = f"{path}:{number}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            problems.append(f"{path}:{number}: not valid JSON ({err.msg})")
+            problems.append(f"{where}: not valid JSON ({err.msg}); expected {expected}")
             continue
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            problems.append(f"{path}:{number}: each line needs a string field 'prompt'")
+        if not isinstance(row, dict):
+            problems.append(f"{where}: a JSON {type(row).__name__}, not an object; expected {expected}")
             continue
-        unknown = set(row) - allowed
-        if unknown:
-            problems.append(f"{path}:{number}: unknown field(s) {sorted(unknown)}; allowed: {sorted(allowed)}")
-            continue
-        overrides = {k: v for k, v in row.items() if k not in ("id", "prompt")}
-        specs.append(PromptSpec(str(row.get("id", f"line_{number}")), row["prompt"], overrides))
-    if problems:
-        raise ConfigError(problems)
-    if not specs:
-        raise ConfigError([f"{path}: no prompts found"])
-    return specs
+        yield number, where, row
 
 
-def load_prompts(cfg: WorkloadConfig) -> list[PromptSpec]:
+def _mt_bench(path: Optional[str], problems: list[str]) -> list[WorkloadRow]:
+    source = Path(path) if path else resources.files("specdec_cli.data").joinpath("mt_bench_questions.jsonl")
+    rows = []
+    for _, where, row in _objects(source, MT_BENCH_FORMAT, problems):
+        turns = row.get("turns")
+        if "question_id" not in row or not isinstance(turns, list) or not turns:
+            hint = "; use workload.source=jsonl for a prompts file" if "prompt" in row or "messages" in row else ""
+            problems.append(f"{where}: expected MT-Bench format: {MT_BENCH_FORMAT}{hint}")
+        elif not isinstance(turns[0], str) or not turns[0].strip():
+            problems.append(f"{where}: empty first turn")
+        else:
+            rows.append(WorkloadRow(f"mt_bench_{row['question_id']}", turns[0], {}))
+    if not rows and not problems:
+        problems.append(f"{source}: no MT-Bench questions found; expected {MT_BENCH_FORMAT}")
+    return rows
+
+
+def _jsonl(path: str, problems: list[str]) -> list[WorkloadRow]:
+    rows = []
+    for number, where, row in _objects(Path(path), JSONL_FORMAT, problems):
+        row_problems = _row_problems(row, where)
+        problems += row_problems
+        if not row_problems:
+            overrides = {key: row[key] for key in SAMPLING_FIELDS if key in row}
+            messages = tuple(row["messages"]) if "messages" in row else None
+            text = row["prompt"] if messages is None else "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+            rows.append(WorkloadRow(str(row.get("id", f"line_{number}")), text, overrides, messages))
+    if not rows and not problems:
+        problems.append(f"{path}: no prompts found; expected {JSONL_FORMAT}")
+    return rows
+
+
+def _row_problems(row: dict[str, Any], where: str) -> list[str]:
+    """Every problem of one JSONL row: its prompt or messages, id, sampling fields, unknown keys."""
+    if "turns" in row and "prompt" not in row and "messages" not in row:
+        return [f"{where}: MT-Bench format (turns); use workload.source=mt_bench, or give 'prompt'"]
+    if "prompt" not in row and "messages" not in row:
+        return [f"{where}: each line needs a string field 'prompt' (or 'messages'); expected {JSONL_FORMAT}"]
+    out = []
+    unknown = sorted(set(row) - {"id", "prompt", "messages", *SAMPLING_FIELDS})
+    if unknown:
+        out.append(f"{where}: unknown field(s) {unknown}; allowed: id, prompt, messages, {', '.join(SAMPLING_FIELDS)}")
+    if "prompt" in row and "messages" in row:
+        out.append(f"{where}: give either 'prompt' or 'messages', not both")
+    elif "messages" in row:
+        out += _messages_problems(row["messages"], where)
+    elif not isinstance(row["prompt"], str):
+        out.append(f"{where}: prompt={row['prompt']!r} must be a string")
+    elif not row["prompt"].strip():
+        out.append(f"{where}: empty prompt")
+    if "id" in row and not (isinstance(row["id"], int) and not isinstance(row["id"], bool)
+                            or isinstance(row["id"], str) and row["id"].strip()):
+        out.append(f"{where}: id={row['id']!r} must be a non-empty string or an integer")
+    return out + sampling_problems({k: v for k, v in row.items() if k in SAMPLING_FIELDS}, f"{where}: ")
+
+
+def _messages_problems(messages: object, where: str) -> list[str]:
+    if not isinstance(messages, list) or not messages:
+        return [f"{where}: 'messages' must be a non-empty list of {{role, content}} objects"]
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or set(message) != {"role", "content"}:
+            out.append(f"{where}: messages[{i}] must be an object with exactly 'role' and 'content'")
+        elif message["role"] not in ROLES:
+            out.append(f"{where}: messages[{i}].role={message['role']!r} is not one of {', '.join(ROLES)}")
+        elif not isinstance(message["content"], str) or not message["content"].strip():
+            out.append(f"{where}: messages[{i}].content must be a non-empty string")
+    if not out and messages[-1]["role"] != "user":
+        out.append(f"{where}: the last message must be from the user (the model answers it)")
+    return out
+
+
+def _duplicate_ids(rows: list[WorkloadRow], source: str) -> list[str]:
+    first: dict[str, int] = {}
+    out = []
+    for index, row in enumerate(rows):
+        if row.id in first:
+            out.append(f"{source}: duplicate id {row.id!r} (rows {first[row.id] + 1} and {index + 1})")
+        first.setdefault(row.id, index)
+    return out
+
+
+def read_workload(cfg: WorkloadConfig) -> list[WorkloadRow]:
+    """The workload's rows, parsed and validated without a tokenizer (call it before loading a model).
+
+    Raises one ``ConfigError`` listing every problem (capped at ``MAX_LINES`` lines)."""
+    problems: list[str] = []
     if cfg.source == "builtin":
-        specs = [PromptSpec(f"quick_{i}", text, {}) for i, text in enumerate(BUILTIN_PROMPTS)]
+        rows = [WorkloadRow(f"quick_{i}", text, {}) for i, text in enumerate(BUILTIN_PROMPTS)]
     elif cfg.source == "mt_bench":
-        specs = _mt_bench(cfg.path)
+        rows = _mt_bench(cfg.path, problems)
     elif cfg.source == "repetitive":
-        specs = [PromptSpec(f"repeat_{i}", t, {}) for i, t in enumerate(repetitive_prompts(max(cfg.num_prompts, 1)))]
+        rows = [WorkloadRow(f"repeat_{i}", t, {}) for i, t in enumerate(repetitive_prompts(max(cfg.num_prompts, 1)))]
     elif cfg.source == "jsonl":
-        specs = _jsonl(cfg.path or "")
+        rows = _jsonl(cfg.path or "", problems)
     else:
         raise ConfigError([f"workload.source={cfg.source!r} is not one of builtin, mt_bench, jsonl, repetitive"])
-    return specs[: cfg.num_prompts] if cfg.num_prompts > 0 else specs
+    problems += _duplicate_ids(rows, cfg.path or f"workload.source={cfg.source}")
+    if problems:
+        raise ConfigError.capped(problems)
+    return rows[: cfg.num_prompts] if cfg.num_prompts > 0 else rows
 
 
-def build_requests(cfg: WorkloadConfig, sampler: SamplerConfig, tokenizer, *, chat: bool) -> list[Request]:
-    """Tokenise the workload's prompts into requests with per-request sampling and seeds."""
+load_prompts = read_workload  # the name benchmarks and older callers use
+
+
+def build_requests(cfg: WorkloadConfig, sampler: SamplerConfig, tokenizer, *, chat: bool,
+                   rows: Optional[list[WorkloadRow]] = None) -> list[Request]:
+    """Tokenise the workload's rows (``rows``, else ``read_workload(cfg)``) into requests with
+    per-request sampling and seeds."""
     base = SamplingParams(sampler.temperature, sampler.top_k, sampler.top_p)
     eos = tuple(t for t in {tokenizer.eos_token_id} if t is not None)
     requests = []
-    for index, spec in enumerate(load_prompts(cfg)):
+    for index, row in enumerate(read_workload(cfg) if rows is None else rows):
         overrides = dict(cfg.sampler_mix[index % len(cfg.sampler_mix)]) if cfg.sampler_mix else {}
-        overrides.update(spec.overrides)
+        overrides.update(row.overrides)
         max_new = int(overrides.pop("max_new_tokens", cfg.max_new_tokens))
         seed = int(overrides.pop("seed", sampler.seed + index))
         params = replace(base, seed=seed, **{k: type(getattr(base, k))(v) for k, v in overrides.items()})
+        token_ids = (encode_prompt(tokenizer, row.text, chat=chat) if row.messages is None
+                     else encode_messages(tokenizer, list(row.messages), chat=chat))
         requests.append(Request(
-            id=spec.id, prompt=spec.text, prompt_token_ids=encode_prompt(tokenizer, spec.text, chat=chat),
+            id=row.id, prompt=row.text, prompt_token_ids=token_ids,
             params=params, max_new_tokens=max_new, stop=tuple(cfg.stop), eos_token_ids=eos,
         ))
     return requests
@@ -127,8 +244,38 @@ def build_requests(cfg: WorkloadConfig, sampler: SamplerConfig, tokenizer, *, ch
 
 def encode_prompt(tokenizer, text: str, *, chat: bool) -> list[int]:
     """Token ids of a prompt, through the tokenizer's chat template when asked and available."""
+    return encode_messages(tokenizer, [{"role": "user", "content": text}], chat=chat)
+
+
+def encode_messages(tokenizer, messages: list[dict[str, str]], *, chat: bool) -> list[int]:
+    """Token ids of a chat, through the tokenizer's chat template when asked and available, else of
+    its contents joined by newlines."""
     if chat and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(text)["input_ids"])
+    return list(tokenizer("\n".join(m["content"] for m in messages))["input_ids"])
+
+
+def check_fits(prompt_len: int, max_new_tokens: int, max_seq_len: int,
+               max_position_embeddings: Optional[int]) -> Optional[str]:
+    """Why a request of ``prompt_len`` tokens generating up to ``max_new_tokens`` cannot run, or None:
+    an empty prompt, more than ``max_seq_len`` (engine.max_seq_len) or more positions than the model
+    was trained for (``max_position_embeddings``; None: no limit)."""
+    needed = prompt_len + max_new_tokens
+    if prompt_len == 0:
+        return "empty prompt (0 tokens)"
+    if needed > max_seq_len:
+        return (f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds max_seq_len {max_seq_len} "
+                "(raise engine.max_seq_len or lower max_new_tokens)")
+    if max_position_embeddings is not None and needed > max_position_embeddings:
+        return (f"prompt ({prompt_len} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+                f"max_position_embeddings {max_position_embeddings} (its output would be garbage past it)")
+    return None
+
+
+def check_requests(requests: list[Request], *, max_seq_len: int, max_position_embeddings: Optional[int]) -> None:
+    """Raise one ``ConfigError`` naming every request that ``check_fits`` refuses."""
+    problems = [f"request {r.id}: {why}" for r in requests
+                if (why := check_fits(len(r.prompt_token_ids), r.max_new_tokens, max_seq_len, max_position_embeddings))]
+    if problems:
+        raise ConfigError.capped(problems)
