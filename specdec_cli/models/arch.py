@@ -71,6 +71,18 @@ class ModelArch:
             )
 
     @property
+    def position_limit(self) -> int | None:
+        """Positions the model was trained for: ``max_position_embeddings``, or the RoPE scaling's
+        ``original_max_position_embeddings * factor`` when larger (YaRN, Llama 3); None for dynamic
+        NTK scaling, which extends itself as the sequence grows."""
+        scaling = self.rope_scaling or {}
+        if scaling.get("rope_type") == "dynamic":
+            return None
+        original, factor = scaling.get("original_max_position_embeddings"), scaling.get("factor")
+        scaled = int(original * factor) if original and factor else 0
+        return max(self.max_position_embeddings, scaled)
+
+    @property
     def num_groups(self) -> int:
         """Query heads per KV head (GQA group size)."""
         return self.num_heads // self.num_kv_heads

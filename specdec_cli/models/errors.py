@@ -9,7 +9,10 @@ class ModelError(SpecdecError):
 
 
 class ModelLoadError(ModelError):
-    """A checkpoint could not be loaded: missing file, bad tensor shape, unsupported architecture."""
+    """A checkpoint could not be loaded: missing file, bad tensor shape, unsupported architecture or
+    quantization. A bad checkpoint is bad input: exit 2, like a bad draft checkpoint."""
+
+    exit_code = 2
 
 
 class CacheOverflowError(ModelError):

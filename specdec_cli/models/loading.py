@@ -110,7 +110,10 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     _arch_from(config, gguf)
     with torch.device("meta"):  # only for transformers' GGUF -> HF tensor-name map
         skeleton = AutoModelForCausalLM.from_config(config)
-    tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton)["tensors"]
+    try:
+        tensors = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton)["tensors"]
+    except (ValueError, KeyError, OSError, EOFError) as err:
+        raise ModelLoadError(f"{gguf}: cannot read GGUF tensors ({err})") from err
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -135,6 +138,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 #: config.json key of a draft checkpoint listing the tensors it omits because they are the target's
 #: (e.g. the shared embedding of a shipped draft model); ``load_hf_dir(..., shared_from=target)`` fills them
 SHARED_WITH_TARGET = "specdec_shared_with_target"
+#: config.json keys of quantized checkpoints (FP8, AWQ, GPTQ, bitsandbytes, compressed-tensors, ...)
+QUANTIZATION_KEYS = ("quantization_config", "compression_config")
+#: tensors that only quantized checkpoints carry (scales, packed weights, zero points)
+QUANTIZED_TENSOR_SUFFIXES = (".weight_scale", ".weight_scale_inv", ".input_scale", ".qweight", ".qzeros",
+                             ".scales", ".g_idx", ".SCB", ".absmax", ".quant_map", ".weight_packed")
 
 
 def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | str,
@@ -148,6 +156,7 @@ def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | s
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as err:
         raise ModelLoadError(f"{config_file}: invalid JSON ({err})") from err
+    _refuse_quantized(config, config_file)
     model = Transformer(_arch_from(config, config_file), dtype=dtype, device=device)
     shared = [name.removeprefix("model.") for name in config.get(SHARED_WITH_TARGET, [])]
     if shared and shared_from is None:
@@ -157,13 +166,26 @@ def load_hf_dir(directory: Path, *, dtype: torch.dtype, device: torch.device | s
     return model.requires_grad_(False).eval()
 
 
+def _refuse_quantized(config: dict[str, Any], config_file: Path) -> None:
+    """A quantized checkpoint's raw weights without their scales are wrong: refuse it, naming the scheme."""
+    for key in QUANTIZATION_KEYS:
+        if config.get(key) is not None:
+            scheme = config[key].get("quant_method", "unknown") if isinstance(config[key], dict) else config[key]
+            raise ModelLoadError(f"{config_file}: a quantized checkpoint ({key}: quant_method={scheme!r}) is not "
+                                 "supported: this runtime loads float weights only; use the unquantized "
+                                 "checkpoint or a .gguf file (dequantised on load)")
+
+
 def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     """The directory's tokenizer (with its chat template)."""
     from transformers import AutoTokenizer
 
     if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
         raise ModelLoadError(f"{directory}: no tokenizer files (looked for {', '.join(_TOKENIZER_FILES)})")
-    return AutoTokenizer.from_pretrained(str(directory))
+    try:
+        return AutoTokenizer.from_pretrained(str(directory))
+    except Exception as err:  # transformers and the Rust tokenizers raise many types for a broken file
+        raise ModelLoadError(f"{directory}: cannot load the tokenizer ({type(err).__name__}: {err})") from err
 
 
 def _arch_from(config: Any, source: Path) -> ModelArch:
@@ -171,6 +193,8 @@ def _arch_from(config: Any, source: Path) -> ModelArch:
         return ModelArch.from_hf_config(config)
     except UnsupportedArchitectureError as err:
         raise UnsupportedArchitectureError(f"{source}: {err}") from None
+    except Exception as err:  # a field missing or of the wrong type (transformers raises many types)
+        raise ModelLoadError(f"{source}: not a usable model config ({type(err).__name__}: {err})") from None
 
 
 def _weight_files(directory: Path) -> list[Path]:
@@ -213,10 +237,16 @@ def _load_weights(model: Transformer, directory: Path, source: dict[str, torch.T
             try:
                 with safe_open(str(file), framework="pt") as reader:
                     for hf_name in reader.keys():
+                        if hf_name.endswith(QUANTIZED_TENSOR_SUFFIXES):
+                            raise ModelLoadError(f"{file}: tensor {hf_name} belongs to a quantized checkpoint, "
+                                                 "which is not supported (float weights only)")
                         name = hf_name.removeprefix("model.")
                         if name not in params or (tied and name == "lm_head.weight"):
                             continue
                         tensor, param = reader.get_tensor(hf_name), params[name]
+                        if tensor.dtype.itemsize == 1:  # float8 / int8: quantized, the scales live elsewhere
+                            raise ModelLoadError(f"{file}: tensor {hf_name} is {tensor.dtype} (a quantized "
+                                                 "checkpoint), which is not supported (float weights only)")
                         if tensor.shape != param.shape:
                             raise ModelLoadError(
                                 f"{file}: tensor {hf_name} has shape {tuple(tensor.shape)}, "
@@ -233,3 +263,20 @@ def _load_weights(model: Transformer, directory: Path, source: dict[str, torch.T
         hf_names = [n if n.startswith("lm_head") else f"model.{n}" for n in missing]
         raise ModelLoadError(f"{directory}: tensors missing from the checkpoint: {', '.join(hf_names[:5])}"
                              + (f" and {len(missing) - 5} more" if len(missing) > 5 else ""))
+
+
+def tokenizers_match(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedTokenizerBase,
+                     samples: int = 256) -> Optional[str]:
+    """Why a draft's tokenizer is not the target's (same ids must mean the same pieces), or None.
+
+    Compares the pieces of both tokenizers' special ids, the first and last 32 ids and ``samples``
+    evenly spaced ids of the shared range; a draft whose eos differs (base vs instruct) still matches."""
+    size = min(len(target_tok), len(draft_tok))
+    ids = {*range(min(32, size)), *range(max(0, size - 32), size), *range(0, size, max(1, size // samples))}
+    ids |= {i for i in (*target_tok.all_special_ids, *draft_tok.all_special_ids) if i is not None and 0 <= i < size}
+    for token_id in sorted(ids):
+        target_piece, draft_piece = target_tok.convert_ids_to_tokens(token_id), draft_tok.convert_ids_to_tokens(token_id)
+        if target_piece != draft_piece:
+            return (f"the draft's tokenizer is not the target's: token id {token_id} is {draft_piece!r} for the "
+                    f"draft and {target_piece!r} for the target (its drafts would never be accepted)")
+    return None

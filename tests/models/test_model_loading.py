@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,8 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-from specdec_cli.models import ModelLoadError, UnsupportedArchitectureError, load_model
-from specdec_cli.models.loading import cache_root
+from specdec_cli.models import ModelArch, ModelLoadError, UnsupportedArchitectureError, load_model
+from specdec_cli.models.loading import cache_root, tokenizers_match
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
 
@@ -117,3 +119,77 @@ def test_cache_root_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert cache_root(tmp_path / "arg") == tmp_path / "arg"
     monkeypatch.delenv("SPECDEC_CACHE")
     assert cache_root() == Path.home() / ".cache" / "specdec"
+
+
+@pytest.mark.parametrize("quantization", [
+    {"quant_method": "fp8", "activation_scheme": "dynamic"},
+    {"quant_method": "awq", "bits": 4, "group_size": 128},
+    {"quant_method": "gptq", "bits": 4},
+    {"quant_method": "bitsandbytes", "load_in_4bit": True},
+])
+def test_quantized_checkpoints_are_refused(hf_model: PreTrainedModel, tmp_path: Path, quantization: dict) -> None:
+    directory = _save(hf_model, tmp_path / "m")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, "quantization_config": quantization}))
+    with pytest.raises(ModelLoadError, match=f"quantized checkpoint .*quant_method='{quantization['quant_method']}'") \
+            as err:
+        load_model(str(directory))
+    assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("edit", ["scale_tensor", "float8_weight"])
+def test_quantized_tensors_without_a_config_are_refused(hf_model: PreTrainedModel, tmp_path: Path, edit: str) -> None:
+    directory = _save(hf_model, tmp_path / "m")
+    tensors = load_file(directory / "model.safetensors")
+    name = "model.layers.0.mlp.up_proj.weight"
+    if edit == "scale_tensor":
+        tensors[name.replace(".weight", ".weight_scale")] = torch.ones(1)
+    else:
+        tensors[name] = tensors[name].to(torch.float8_e4m3fn)
+    save_file(tensors, directory / "model.safetensors")
+    with pytest.raises(ModelLoadError, match="quantized checkpoint"):
+        load_model(str(directory))
+
+
+def test_a_text_file_named_gguf_exits_2(tmp_path: Path) -> None:
+    fake = tmp_path / "model.gguf"
+    fake.write_text("not a model\n")
+    with pytest.raises(ModelLoadError, match="model.gguf: cannot read GGUF metadata") as err:
+        load_model(str(fake), cache_dir=tmp_path / "cache")
+    assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize("edit", [{"model_type": "gpt2"}, {"architectures": ["LlamaForSequenceClassification"]},
+                                  {"hidden_size": "wide"}])
+def test_unsupported_or_broken_configs_exit_2(hf_model: PreTrainedModel, tmp_path: Path, edit: dict) -> None:
+    directory = _save(hf_model, tmp_path / "m")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**config, **edit}))
+    with pytest.raises(ModelLoadError, match="config.json: ") as err:
+        load_model(str(directory))
+    assert err.value.exit_code == 2
+
+
+def _word_tokenizer(words: list[str], eos: str) -> PreTrainedTokenizerFast:
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token=words[0], eos_token=eos)
+
+
+def test_tokenizers_match() -> None:
+    words = [f"w{i}" for i in range(1000)]
+    target = _word_tokenizer(words, eos="w1")
+    assert tokenizers_match(target, _word_tokenizer(words, eos="w2")) is None  # base vs instruct: other eos
+    shuffled = words[:500] + [words[501], words[500]] + words[502:]
+    assert re.search(r"token id 50[01] is 'w50[01]' for the draft and 'w50[01]' for the target",
+                     tokenizers_match(target, _word_tokenizer(shuffled, eos="w1")))
+    renamed = [f"v{i}" for i in range(1000)]
+    assert tokenizers_match(target, _word_tokenizer(renamed, eos="v1")).startswith(
+        "the draft's tokenizer is not the target's: token id 0")
+
+
+def test_position_limit_follows_rope_scaling(hf_model: PreTrainedModel) -> None:
+    arch = ModelArch.from_hf_config(hf_model.config)
+    assert arch.position_limit == arch.max_position_embeddings
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    assert replace(arch, rope_scaling=yarn).position_limit == 131072
+    assert replace(arch, rope_scaling={"rope_type": "dynamic", "factor": 2.0}).position_limit is None
