@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from specdec_cli.drafters import dflash, draft_target, eagle3, mtp, ngram, pard, suffix  # noqa: F401  (registration)
+from specdec_cli.drafters import dflash_drafter, draft_target, eagle3, mtp, ngram, pard, suffix  # noqa: F401  (registration)
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
 
 __all__ = ["DRAFTERS", "Drafter", "DrafterDeps", "DraftRequest", "Proposal", "build_drafter"]

@@ -3,20 +3,24 @@
 A drafter proposes up to K tokens per generation request **and the distribution each
 token was actually drawn from** (``q``). The engine stores both in the slot-indexed
 proposal buffer and hands them to acceptance in the next step. See
-``docs/DEVELOPER_GUIDE.md`` for the contract and the tests every drafter must pass.
+``docs/DEVELOPER_GUIDE.md`` for the contract; ``tests/drafters/test_drafter_contract.py``
+checks it for every registered drafter.
 
 Drafters never import the CLI or the config loader; they receive their own config slice
-(``cfg.method``) plus plain arguments from ``build_drafter``.
+(``cfg.method``) plus plain arguments from ``build_drafter``, and per step the batch's
+``BatchParams`` (the sampling filters and generators of the requests, row for row).
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Literal, Optional
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Optional
 
 import torch
 
 from specdec_cli.registry import Registry
+from specdec_cli.sampling import expand_draft_probs, probs_from_logits, sample_from_probs
+from specdec_cli.sampling.params import BatchParams
 
 if TYPE_CHECKING:
     from specdec_cli.config.schema import MethodConfig
@@ -31,15 +35,12 @@ class DraftRequest:
     token is the one the target will see first in the next verify step. ``target_hidden``
     holds target hidden states (layer id -> [n, H]) for the committed tokens whose
     features became known this step (the drafters that need them say so through
-    ``Drafter.hidden_layers``).
+    ``Drafter.hidden_layers``); ``target_final_hidden`` [n, H] the post-norm ones.
+    Sampling parameters are not here: they come as ``BatchParams`` rows, aligned with the requests.
     """
 
     slot: int
     token_ids: list[int]
-    temperature: float
-    top_k: int
-    top_p: float
-    generator: Optional[torch.Generator]
     target_hidden: dict[int, torch.Tensor] = field(default_factory=dict)
     target_final_hidden: Optional[torch.Tensor] = None
 
@@ -48,9 +49,14 @@ class DraftRequest:
 class Proposal:
     """Drafts for a batch of requests.
 
-    tokens:      [R, k] int64 target-vocabulary ids (entries past ``num_drafts[r]`` are padding)
-    draft_probs: [R, k, Vd] float32, the q each token was drawn from, in the draft vocabulary;
-                 None means one-hot at the drafted token (argmax and retrieval drafters).
+    tokens:      [R, k] int64 **target-vocabulary** ids (entries past ``num_drafts[r]`` are padding).
+                 A drafter with a reduced vocabulary maps its draft ids through ``d2t`` exactly once,
+                 when it draws them.
+    draft_probs: [R, k, Vd] float32, the q each token was drawn from, in the **draft** vocabulary
+                 (never mapped by the drafter; the engine expands it to target ids once, see
+                 ``target_probs``). None means one-hot at the drafted token, which is only meaningful
+                 when draft ids are target ids: a drafter with ``d2t`` always returns draft_probs (its
+                 deterministic drafts as one-hot rows in draft ids).
     num_drafts:  [R] real drafts per request (0..k)
     """
 
@@ -66,12 +72,21 @@ class Proposal:
             tokens[row, : len(draft)] = torch.tensor(draft, dtype=torch.int64)
         return cls(tokens=tokens, draft_probs=None, num_drafts=[len(d) for d in drafts])
 
+    def target_probs(self, d2t: Optional[torch.Tensor], vocab_size: int) -> torch.Tensor:
+        """q in target ids [R, k, V]: ``draft_probs`` expanded through ``d2t`` (the one place it is applied
+        to q), or one-hot at ``tokens`` when there is none. A one-hot proposal from a drafter with a reduced
+        vocabulary is refused: its tokens are target ids and cannot index draft-vocabulary rows."""
+        if self.draft_probs is not None:
+            return expand_draft_probs(self.draft_probs, d2t, vocab_size)
+        if d2t is not None:
+            raise ValueError("a drafter with a reduced vocabulary (d2t) must report draft_probs: "
+                             "one-hot rows at target ids would land on the wrong draft-vocabulary ids")
+        return torch.zeros(*self.tokens.shape, vocab_size).scatter_(-1, self.tokens[..., None], 1.0)
+
 
 class Drafter(ABC):
     """Base class: a method proposes drafts; the engine verifies and accepts them."""
 
-    #: "step": K sequential draft steps; "block": all K drafts from one forward.
-    form: Literal["step", "block"] = "step"
     #: Draft vocabulary size (Vd) and its map to target ids (None: identity).
     draft_vocab_size: int = 0
     d2t: Optional[torch.Tensor] = None
@@ -82,14 +97,37 @@ class Drafter(ABC):
     needs_final_hidden: bool = False
 
     @abstractmethod
-    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
-        """Propose up to ``k`` drafts for each request (k >= 1)."""
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
+        """Propose up to ``k`` drafts for each request (k >= 1); ``params`` row r is request r's sampling."""
 
     def add_request(self, slot: int, prompt_ids: list[int]) -> None:
         """A request entered ``slot`` (its prompt is known; nothing is generated yet)."""
 
     def remove_request(self, slot: int, token_ids: list[int]) -> None:
         """The request in ``slot`` finished; free per-slot state."""
+
+
+def drafting_params(params: BatchParams, policy: str) -> BatchParams:
+    """The filters a model drafter draws with: the requests' own, or temperature 0 (one-hot q, argmax
+    drafts) under ``draft_policy=argmax``."""
+    if policy != "argmax":
+        return params
+    return replace(params, temperature=torch.zeros_like(params.temperature), all_greedy=True)
+
+
+def draw(logits: torch.Tensor, params: BatchParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [N, Vd] -> (draft ids [N] int64, q [N, Vd] float32): q = ``probs_from_logits`` with row n's
+    filters, the id drawn from q with row n's generator (one uniform per row)."""
+    probs = probs_from_logits(logits, params.temperature, params.top_k, params.top_p)
+    return sample_from_probs(probs, params.generators), probs
+
+
+def draw_block(logits: torch.Tensor, params: BatchParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every draft of a block drawn independently: logits [R, n, Vd] -> (draft ids [R, n], q [R, n, Vd]),
+    row r's filters and generator for all its n drafts (n uniforms per request, in order)."""
+    rows, num, vocab = logits.shape
+    ids, probs = draw(logits.reshape(rows * num, vocab), params.repeat_rows(num))
+    return ids.view(rows, num), probs.view(rows, num, vocab)
 
 
 @dataclass(frozen=True)
@@ -108,4 +146,3 @@ DrafterFactory = Callable[["MethodConfig", DrafterDeps], Optional[Drafter]]
 
 #: method name -> factory(method_cfg, deps) returning a Drafter (None for method=none).
 DRAFTERS: Registry[DrafterFactory] = Registry("drafter")
-

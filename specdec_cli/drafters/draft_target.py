@@ -16,18 +16,17 @@ from pathlib import Path
 import torch
 
 from specdec_cli.config.schema import DraftTargetMethodConfig
-from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, draw, drafting_params
 from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
 from specdec_cli.models.loading import load_hf_dir
-from specdec_cli.sampling import probs_from_logits, sample_from_probs
+from specdec_cli.sampling.params import BatchParams
 
 
 class ModelDrafter(Drafter):
     """Step-form drafter around any causal LM sharing the target's vocabulary."""
 
-    form = "step"
     has_proposal_distribution = True
 
     def __init__(self, model: Transformer, *, num_slots: int, max_seq_len: int, policy: str) -> None:
@@ -60,23 +59,17 @@ class ModelDrafter(Drafter):
         return [torch.tensor(f, dtype=torch.int64) for f in feeds]
 
     @torch.inference_mode()
-    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         slots = [r.slot for r in requests]
         feeds = self._catch_up(requests)
-        temperature = torch.tensor([r.temperature for r in requests], dtype=torch.float32)
-        top_k = torch.tensor([r.top_k for r in requests], dtype=torch.int64)
-        top_p = torch.tensor([r.top_p for r in requests], dtype=torch.float32)
-        if self.policy == "argmax":
-            temperature = torch.zeros_like(temperature)
-        generators = [r.generator for r in requests]
+        params = drafting_params(params, self.policy)
         tokens = torch.zeros(len(requests), k, dtype=torch.int64)
         draft_probs = torch.empty(len(requests), k, self.draft_vocab_size, dtype=torch.float32)
         for step in range(k):
             logits = self.model(self.cache, slots, feeds, logits_for="last").logits
             for req, fed in zip(requests, feeds):
                 self.cached_tokens[req.slot].extend(fed.tolist())
-            draft_probs[:, step] = probs_from_logits(logits.float(), temperature, top_k, top_p)
-            tokens[:, step] = sample_from_probs(draft_probs[:, step], generators)
+            tokens[:, step], draft_probs[:, step] = draw(logits.float(), params)
             feeds = [tokens[row, step : step + 1] for row in range(len(requests))]
         return Proposal(tokens=tokens, draft_probs=draft_probs, num_drafts=[k] * len(requests))
 

@@ -1,6 +1,6 @@
 """EAGLE-3: a one-layer draft head on fused low/mid/high target features, with a reduced vocabulary.
 
-Architecture (reference/methods.md §3.1; the published layout, so public Llama-family heads load):
+Architecture (the published layout, so public Llama-family heads load):
 
     g    = cat(h_low, h_mid, h_high)              [T, 3*Ht]  target layer outputs (default layers
                                                              1, N/2-1, N-4 = HF hidden_states[2, N/2, N-3])
@@ -30,17 +30,8 @@ import torch.nn.functional as F
 
 from specdec_cli.config.schema import Eagle3MethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps
-from specdec_cli.drafters.learned import (
-    AttentionFn,
-    Checkpoint,
-    FeatureDrafter,
-    FeatureHead,
-    HeadLayer,
-    arch_config,
-    check_d2t,
-    save_checkpoint,
-    shipped_checkpoint,
-)
+from specdec_cli.drafters.feature_head import AttentionFn, FeatureDrafter, FeatureHead, HeadLayer
+from specdec_cli.drafters.learned import Checkpoint, arch_config, check_d2t, save_checkpoint, shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch, Transformer, eagle3_default_layers, layer_ids_from_input_convention
 from specdec_cli.models.arch import UnsupportedArchitectureError

@@ -1,6 +1,6 @@
 """MTP: a DeepSeek-V3-style multi-token-prediction module on the target's last hidden state.
 
-Architecture (reference/methods.md §2; embedding first, as vLLM/SGLang load the published weights):
+Architecture (embedding first, as vLLM/SGLang load the published weights):
 
     x   = eh_proj(cat(enorm(emb(x_{p+1})), hnorm(h_p)))   [T, 2H] -> [T, H]
     o   = decoder layer(x)                                [T, H]   its own slot KV cache
@@ -30,17 +30,8 @@ from torch import nn
 
 from specdec_cli.config.schema import MtpMethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps
-from specdec_cli.drafters.learned import (
-    AttentionFn,
-    Checkpoint,
-    FeatureDrafter,
-    FeatureHead,
-    HeadLayer,
-    arch_config,
-    check_d2t,
-    save_checkpoint,
-    shipped_checkpoint,
-)
+from specdec_cli.drafters.feature_head import AttentionFn, FeatureDrafter, FeatureHead, HeadLayer
+from specdec_cli.drafters.learned import Checkpoint, arch_config, check_d2t, save_checkpoint, shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch, Transformer
 from specdec_cli.models.arch import UnsupportedArchitectureError

@@ -10,6 +10,7 @@ import torch
 
 from specdec_cli.config.schema import NgramMethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+from specdec_cli.sampling.params import BatchParams
 
 
 def find_ngram_continuation(token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
@@ -28,13 +29,12 @@ def find_ngram_continuation(token_ids: list[int], min_n: int, max_n: int, k: int
 
 
 class NgramDrafter(Drafter):
-    form = "step"
 
     def __init__(self, cfg: NgramMethodConfig, vocab_size: int) -> None:
         self.min_n, self.max_n = cfg.min_n, cfg.max_n
         self.draft_vocab_size = vocab_size
 
-    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         drafts = [find_ngram_continuation(r.token_ids, self.min_n, self.max_n, k) for r in requests]
         return Proposal.from_token_lists(drafts, k)
 

@@ -1,4 +1,4 @@
-"""PARD: a parallel draft model that proposes all k tokens in one causal forward (reference/methods.md §4).
+"""PARD: a parallel draft model that proposes all k tokens in one causal forward.
 
 The draft is a small causal LM with the target's tokenizer, independent of the target (no target
 features). Input: the committed tokens it has not cached yet, then k-1 copies of the mask token, at
@@ -23,41 +23,21 @@ from typing import Any, Optional
 import torch
 
 from specdec_cli.config.schema import PardMethodConfig
-from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+from specdec_cli.drafters.base import (DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, drafting_params,
+                                       draw_block)
 from specdec_cli.drafters.draft_target import ModelDrafter
 from specdec_cli.drafters.learned import arch_config, save_checkpoint, shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelLoadError, Transformer
 from specdec_cli.models.loading import load_hf_dir
-from specdec_cli.sampling import probs_from_logits, sample_from_probs
+from specdec_cli.sampling.params import BatchParams
 
 #: config.json keys naming the mask token, in order of preference
 MASK_KEYS = ("pard_token", "mask_token_id", "ptd_token_id")
 
 
-def draw_block(logits: torch.Tensor, requests: list[DraftRequest], policy: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draw every draft of a block independently: logits [R, n, V] (CPU) -> (tokens [R, n], q [R, n, V]).
-
-    q = ``probs_from_logits`` with each request's filters (temperature 0 under ``policy == "argmax"``:
-    one-hot), tokens drawn from q with the request's generator (n uniforms per request, in order).
-    """
-    rows, num, vocab = logits.shape
-
-    def per_draft(values: list[Any], dtype: torch.dtype) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype).repeat_interleave(num)
-
-    temperature = per_draft([0.0 if policy == "argmax" else r.temperature for r in requests], torch.float32)
-    probs = probs_from_logits(logits.reshape(rows * num, vocab), temperature,
-                              per_draft([r.top_k for r in requests], torch.int64),
-                              per_draft([r.top_p for r in requests], torch.float32))
-    tokens = sample_from_probs(probs, [r.generator for r in requests for _ in range(num)])
-    return tokens.view(rows, num), probs.view(rows, num, vocab)
-
-
 class PardDrafter(ModelDrafter):
     """Block form around a causal LM: k drafts from one forward over [new committed tokens, mask x (k-1)]."""
-
-    form = "block"
 
     def __init__(self, model: Transformer, mask_token_id: int, *, vocab_size: int, num_slots: int,
                  max_seq_len: int, policy: str) -> None:
@@ -66,7 +46,7 @@ class PardDrafter(ModelDrafter):
         self.draft_vocab_size = min(model.arch.vocab_size, vocab_size)
 
     @torch.inference_mode()
-    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         feeds = self._catch_up(requests)
         masks = torch.full((k - 1,), self.mask_token_id, dtype=torch.int64)
         logits = self.model(self.cache, [r.slot for r in requests], [torch.cat([fed, masks]) for fed in feeds],
@@ -75,7 +55,7 @@ class PardDrafter(ModelDrafter):
             self.cache.rewind(req.slot, self.cache.length(req.slot) - (k - 1))  # masks never stay cached
             self.cached_tokens[req.slot].extend(fed.tolist())
         logits = logits.view(len(requests), k, -1)[..., : self.draft_vocab_size]
-        tokens, probs = draw_block(logits.float().cpu(), requests, self.policy)
+        tokens, probs = draw_block(logits.float().cpu(), drafting_params(params, self.policy))
         return Proposal(tokens=tokens, draft_probs=probs, num_drafts=[k] * len(requests))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from specdec_cli.config.schema import SuffixMethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
+from specdec_cli.sampling.params import BatchParams
 
 
 class SuffixAutomaton:
@@ -77,7 +78,6 @@ class SuffixAutomaton:
 
 
 class SuffixDrafter(Drafter):
-    form = "step"
 
     def __init__(self, cfg: SuffixMethodConfig, vocab_size: int) -> None:
         self.cfg = cfg
@@ -116,7 +116,7 @@ class SuffixDrafter(Drafter):
             draft.append(token)
         return draft
 
-    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         drafts = [self._draft_one(r, k) for r in requests]
         return Proposal.from_token_lists(drafts, k)
 

@@ -28,6 +28,7 @@ from specdec_cli.parallel.comm import Comm
 from specdec_cli.parallel.gather import GatherPolicy, draft_gather_policy
 from specdec_cli.parallel.layers import ShardedLMHead
 from specdec_cli.parallel.shard import shard_transformer, should_shard_draft
+from specdec_cli.sampling.params import BatchParams
 
 
 class ShardedHeadDrafter(ModelDrafter):
@@ -40,10 +41,10 @@ class ShardedHeadDrafter(ModelDrafter):
         super().__init__(model, num_slots=num_slots, max_seq_len=max_seq_len, policy=policy)
         self.head: ShardedLMHead = model.lm_head
 
-    def propose(self, requests: list[DraftRequest], k: int) -> Proposal:
-        greedy = self.policy == "argmax" or all(r.temperature == 0 for r in requests)
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
+        greedy = self.policy == "argmax" or params.all_greedy
         self.head.policy = draft_gather_policy(tp_size=self.head.comm.size, replicated=False, greedy=greedy)
-        return super().propose(requests, k)
+        return super().propose(requests, k, params)
 
 
 def shard_target_and_build_drafter(cfg: MethodConfig, deps: DrafterDeps, comm: Comm) -> Optional[Drafter]:

@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from specdec_cli.drafters.eagle3 import Eagle3Head, save_eagle3
-from specdec_cli.drafters.learned import FeatureHead
+from specdec_cli.drafters.feature_head import FeatureHead
 from specdec_cli.drafters.mtp import MtpHead, save_mtp, shared_head_rows
 from specdec_cli.models import Transformer
 from specdec_cli.models.rope import RotaryTables

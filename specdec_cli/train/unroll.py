@@ -16,7 +16,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from specdec_cli.drafters.learned import FeatureHead
+from specdec_cli.drafters.feature_head import FeatureHead
 from specdec_cli.models import Transformer
 from specdec_cli.models.layers import Attention
 from specdec_cli.models.rope import RotaryTables
