@@ -1,34 +1,27 @@
-"""The speculative decoding engine: continuous batching around one step loop.
+"""The speculative decoding engine: continuous batching around one step, ``SpecEngine.step``.
 
-One ``step()``:
-  1. schedule  – admit waiting requests into free KV slots (continuous batching)
-  2. verify    – ONE target forward over every active request: a prefill chunk for context
-                 requests, ``[last token, d_1..d_k]`` for generation requests
-  3. accept    – per generation request, emit 1..k+1 tokens (acceptance.py) and rewind the
-                 target KV cache past the rejected drafts
-  4. finish    – stop on EOS / max_new_tokens / stop strings; free the slot
-  5. draft     – the drafter proposes the next drafts and their q into the slot-indexed
-                 proposal buffer, read by step 3 of the next step
-
-Invariant: a request's KV cache holds its committed tokens except the newest one, which
-is the first token of the next verify.
+Read ``step`` first: it is the whole speculative iteration (schedule -> target forward -> accept ->
+finish -> draft); the helpers below it each do one of those phases. Invariant: a request's KV cache
+holds its committed tokens except the newest one, which is the first token of the next verify.
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
 from specdec_cli.drafters.base import Drafter, DraftRequest
-from specdec_cli.engine.acceptance import accept_group, sample_first_tokens
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.proposals import ProposalBuffer
 from specdec_cli.engine.request import Request
-from specdec_cli.models import Transformer
-from specdec_cli.sampling import expand_draft_probs
+from specdec_cli.engine.rules import AcceptanceOptions, acceptance_rule
+from specdec_cli.models import ForwardOutput, Transformer
+from specdec_cli.sampling import BatchParams, sample_tokens
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +47,24 @@ def draft_len_for(batch_size: int, max_draft_len: int, schedule: Optional[dict[i
     return schedule[min(keys)] if keys else 0
 
 
+class Feed(NamedTuple):
+    """What one request feeds the target this step."""
+
+    tokens: list[int]  # a prefill chunk, or [last token, d_1..d_k]
+    num_logits: int  # trailing positions that need logits (k + 1; 1 or 0 for a prefill chunk)
+    prefill: bool
+
+
 class SpecEngine:
     def __init__(self, target: Transformer, drafter: Optional[Drafter], options: EngineOptions,
                  decode: Optional[Callable[[list[int]], str]] = None) -> None:
-        self.target = target
-        self.drafter = drafter
-        self.options = options
-        self.decode = decode
+        self.target, self.drafter, self.options, self.decode = target, drafter, options, decode
         self.vocab_size = target.arch.vocab_size
+        self.acceptance = AcceptanceOptions(rejection=options.rejection, backend=options.backend,
+                                            relaxed=options.relaxed)
         self.cache = target.new_cache(options.max_batch_size, options.max_seq_len)
-        max_k = options.max_draft_len if drafter is not None else 0
         self.buffer = ProposalBuffer(
-            options.max_batch_size, max_k, drafter.draft_vocab_size if drafter else self.vocab_size,
+            options.max_batch_size, options.max_draft_len if drafter is not None else 0, self.vocab_size,
             store_probs=drafter is not None and drafter.has_proposal_distribution and options.rejection,
         )
         self.waiting: deque[Request] = deque()
@@ -74,7 +73,6 @@ class SpecEngine:
         self.stats = SpecStats()
         self.pending_hidden: dict[int, list[tuple[dict[int, torch.Tensor], Optional[torch.Tensor]]]] = {}
 
-    # ------------------------------------------------------------------ public
     def add_request(self, request: Request) -> None:
         needed = len(request.prompt_token_ids) + request.max_new_tokens
         if needed > self.options.max_seq_len:
@@ -82,6 +80,7 @@ class SpecEngine:
                              f"max_new_tokens ({request.max_new_tokens}) exceeds max_seq_len {self.options.max_seq_len}")
         if not request.prompt_token_ids:
             raise ValueError(f"request {request.id}: empty prompt")
+        request.arrival_s = time.perf_counter()
         self.waiting.append(request)
 
     def has_work(self) -> bool:
@@ -89,13 +88,50 @@ class SpecEngine:
 
     @torch.inference_mode()
     def step(self) -> list[Request]:
-        """Run one engine step; returns the requests that finished in it."""
+        """One speculative iteration over every active request; returns the requests that finished in it.
+
+        Phase times go to ``stats`` (host clock; a CUDA target would need a synchronize before each reading).
+        """
+        started = time.perf_counter()
+        # 1. schedule: admit waiting requests into free KV slots; the batch's sampling parameters, once
         self._admit()
         batch = list(self.active)
-        output = self._verify_forward(batch)
-        self._accept(batch, output)
+        params = BatchParams.of(batch)
+        feeds = [self._feed(request) for request in batch]
+
+        # 2. target forward: verify [last, d_1..d_k] for generation requests + prefill chunks, one pass
+        with self.stats.timed("target_forward"):
+            output = self._target_forward(batch, feeds)
+
+        # 3. accept: a first token after a finished prefill; per runtime k, ONE rule decides the group
+        with self.stats.timed("accept"):
+            logits = torch.split(output.logits, [feed.num_logits for feed in feeds])
+            offsets = list(itertools.accumulate((len(feed.tokens) for feed in feeds), initial=0))
+            first = self._advance_prefill(batch, feeds, output, offsets)
+            if first:
+                tokens = sample_tokens(torch.cat([logits[i] for i in first])[:, None], params.select(first))
+                for row, token in zip(first, tokens[:, 0].tolist()):
+                    batch[row].output_token_ids.append(token)
+            for k, rows in self._groups(feeds).items():
+                draft_tokens, draft_probs, proposal_ok = self.buffer.read([batch[i].slot for i in rows], k)
+                if not proposal_ok:
+                    self._fallback("a draft token has zero probability under its stored q")
+                group = params.select(rows)
+                rule = acceptance_rule(group, k, self.acceptance, proposal_ok=proposal_ok)
+                tokens, emitted = rule.accept(torch.stack([logits[i] for i in rows]), draft_tokens, draft_probs,
+                                              group)
+                self._commit([batch[i] for i in rows], k, tokens, emitted, output, [offsets[i] for i in rows])
+            self._stamp(batch, time.perf_counter())
+
+        # 4. finish: EOS / max_new_tokens / stop strings; free the slots
         finished = self._finish()
-        self._draft()
+
+        # 5. draft: the next drafts and the q each was drawn from, into the slot-indexed buffer
+        with self.stats.timed("draft"):
+            rows = [i for i, request in enumerate(batch) if request.finish_reason is None and not request.in_prefill]
+            if self.drafter is not None and rows:
+                self._draft([batch[i] for i in rows], params.select(rows))
+        self.stats.step_s += time.perf_counter() - started
         return finished
 
     # ------------------------------------------------------------------ 1. schedule
@@ -109,100 +145,79 @@ class SpecEngine:
                 self.drafter.add_request(request.slot, request.prompt_token_ids)
             self.active.append(request)
 
-    # ------------------------------------------------------------------ 2. verify
-    def _step_tokens(self, request: Request) -> tuple[list[int], int]:
-        """(tokens to feed this step, how many trailing positions need logits)."""
+    def _feed(self, request: Request) -> Feed:
+        """The request's tokens for this step; a proposal that fails the buffer check is dropped (fail closed)."""
         if request.in_prefill:
             chunk = self.options.prefill_chunk if self.options.prefill_chunk > 0 else len(request.prompt_token_ids)
             tokens = request.prompt_token_ids[request.num_prefilled : request.num_prefilled + chunk]
             done = request.num_prefilled + len(tokens) == len(request.prompt_token_ids)
-            return tokens, 1 if done else 0
-        problem = self.buffer.check(request.slot, self.vocab_size)
-        if problem is not None:  # fail closed: verify without these drafts
+            return Feed(tokens, 1 if done else 0, prefill=True)
+        problem = self.buffer.check(request.slot)
+        if problem is not None:
             self._fallback(problem)
             self.buffer.write_placeholder(request.slot)
         num = self.buffer.num_drafts[request.slot]
         drafts = self.buffer.draft_tokens[request.slot, :num].tolist()
-        return [request.output_token_ids[-1], *drafts], 1 + num
+        return Feed([request.output_token_ids[-1], *drafts], 1 + num, prefill=False)
 
-    def _verify_forward(self, batch: list[Request]):
-        feeds, logit_counts = zip(*(self._step_tokens(r) for r in batch))
+    # ------------------------------------------------------------------ 2. target forward
+    def _target_forward(self, batch: list[Request], feeds: list[Feed]) -> ForwardOutput:
         self.stats.target_forwards += 1
         return self.target(
-            self.cache, [r.slot for r in batch], [torch.tensor(f, dtype=torch.int64) for f in feeds],
-            logits_for=list(logit_counts),
+            self.cache, [r.slot for r in batch], [torch.tensor(f.tokens, dtype=torch.int64) for f in feeds],
+            logits_for=[f.num_logits for f in feeds],
             hidden_layers=self.drafter.hidden_layers if self.drafter else (),
             final_hidden=bool(self.drafter and self.drafter.needs_final_hidden),
-        ), [len(f) for f in feeds], list(logit_counts)
+        )
 
     # ------------------------------------------------------------------ 3. accept
-    def _accept(self, batch: list[Request], verify) -> None:
-        output, fed, logit_counts = verify
-        logit_rows = torch.split(output.logits, logit_counts)
-        token_offsets = [0]
-        for n in fed:
-            token_offsets.append(token_offsets[-1] + n)
-        first_token_rows, groups = [], {}
-        for index, request in enumerate(batch):
-            if request.in_prefill:
-                request.num_prefilled += fed[index]
+    def _advance_prefill(self, batch: list[Request], feeds: list[Feed], output: ForwardOutput,
+                         offsets: list[int]) -> list[int]:
+        """Count the fed prefill chunks; the rows whose prompt is now complete (they sample a first token)."""
+        done = []
+        for row, (request, feed) in enumerate(zip(batch, feeds)):
+            if feed.prefill:
+                request.num_prefilled += len(feed.tokens)
+                self._keep_hidden(request, output, offsets[row], len(feed.tokens))
                 if not request.in_prefill:
-                    first_token_rows.append(index)
-                self._keep_hidden(request, output, token_offsets[index], fed[index])
-            else:
-                groups.setdefault(logit_counts[index] - 1, []).append(index)
-        if first_token_rows:
-            self._sample_first(batch, first_token_rows, logit_rows)
-        for k, rows in groups.items():
-            self._accept_group(batch, rows, k, logit_rows, output, token_offsets)
+                    done.append(row)
+        return done
 
-    def _params(self, requests: list[Request]):
-        return dict(
-            temperature=torch.tensor([r.params.temperature for r in requests], dtype=torch.float32),
-            top_k=torch.tensor([r.params.top_k for r in requests], dtype=torch.int64),
-            top_p=torch.tensor([r.params.top_p for r in requests], dtype=torch.float32),
-            generators=[r.generator for r in requests],
-        )
+    @staticmethod
+    def _groups(feeds: list[Feed]) -> dict[int, list[int]]:
+        """Generation rows grouped by their runtime draft length k (in batch order)."""
+        groups: dict[int, list[int]] = {}
+        for row, feed in enumerate(feeds):
+            if not feed.prefill:
+                groups.setdefault(feed.num_logits - 1, []).append(row)
+        return groups
 
-    def _sample_first(self, batch: list[Request], rows: list[int], logit_rows) -> None:
-        requests = [batch[i] for i in rows]
-        logits = torch.cat([logit_rows[i] for i in rows])
-        tokens = sample_first_tokens(logits, **self._params(requests))
-        for request, token in zip(requests, tokens.tolist()):
-            request.output_token_ids.append(token)
-
-    def _accept_group(self, batch, rows: list[int], k: int, logit_rows, output, token_offsets) -> None:
-        requests = [batch[i] for i in rows]
-        slots = [r.slot for r in requests]
-        logits = torch.stack([logit_rows[i] for i in rows])  # [G, k+1, V]
-        draft_tokens, draft_probs = self.buffer.read(slots, k)
-        use_rejection = self.options.rejection and self.drafter is not None and k > 0
-        if use_rejection and draft_probs is not None:
-            draft_probs = expand_draft_probs(draft_probs, self.drafter.d2t, self.vocab_size)
-            if not bool((draft_probs.gather(-1, draft_tokens[..., None]) > 0).all()):
-                self._fallback("a draft token has zero probability under its stored q")
-                use_rejection = False
-        tokens, emitted, _ = accept_group(
-            logits, draft_tokens, draft_probs=draft_probs if use_rejection else None,
-            use_rejection=use_rejection, backend=self.options.backend,
-            relaxed=self.options.relaxed if k > 0 else None, **self._params(requests),
-        )
-        for group_row, (row, request) in enumerate(zip(rows, requests)):
-            num_emitted = int(emitted[group_row])
-            new_tokens = tokens[group_row, :num_emitted].tolist()
+    def _commit(self, requests: list[Request], k: int, tokens: torch.Tensor, emitted: torch.Tensor,
+                output: ForwardOutput, offsets: list[int]) -> None:
+        """Append each request's emitted tokens and rewind its KV past the rejected drafts."""
+        for request, row_tokens, num_emitted, offset in zip(requests, tokens.tolist(), emitted.tolist(), offsets):
             self.stats.observe(k, num_emitted)
             request.steps += 1
+            request.emitted_tokens += num_emitted
             # KV holds the fed [last, d_1..d_k]; keep last + accepted drafts.
             self.cache.rewind(request.slot, self.cache.length(request.slot) - (k + 1) + num_emitted)
-            self._keep_hidden(request, output, token_offsets[row], num_emitted)
-            request.output_token_ids.extend(new_tokens)
+            self._keep_hidden(request, output, offset, num_emitted)
+            request.output_token_ids.extend(row_tokens[:num_emitted])
+
+    @staticmethod
+    def _stamp(batch: list[Request], now: float) -> None:
+        """Record a chunk for every request that gained output tokens this step (latency metrics)."""
+        for request in batch:
+            length = len(request.output_token_ids)
+            if length > (request.chunks[-1][1] if request.chunks else 0):
+                request.chunks.append((now, length))
 
     def _fallback(self, problem: str) -> None:
         if self.stats.guard_fallbacks == 0:
             log.warning("proposal buffer check failed (%s); using strict acceptance", problem)
         self.stats.guard_fallbacks += 1
 
-    def _keep_hidden(self, request: Request, output, offset: int, count: int) -> None:
+    def _keep_hidden(self, request: Request, output: ForwardOutput, offset: int, count: int) -> None:
         """Queue the target features of newly committed tokens for the drafter."""
         if not output.hidden and output.final_hidden is None:
             return
@@ -217,7 +232,8 @@ class SpecEngine:
             if request.in_prefill or not self._check_stop(request):
                 continue
             self.active.remove(request)
-            self.stats.generated_tokens += len(request.output_token_ids)
+            request.finish_s = time.perf_counter()
+            self.stats.finished(request)
             if self.drafter is not None:
                 self.drafter.remove_request(request.slot, request.token_ids)
             self.pending_hidden.pop(request.slot, None)
@@ -247,32 +263,27 @@ class SpecEngine:
         return request.finish_reason is not None
 
     # ------------------------------------------------------------------ 5. draft
-    def _draft(self) -> None:
-        generating = [r for r in self.active if not r.in_prefill]
-        if self.drafter is None or not generating:
-            return
+    def _draft(self, generating: list[Request], params: BatchParams) -> None:
+        """Propose for ``generating`` (rows of ``params``), grouped by runtime k; k = 0 writes placeholders."""
         k = draft_len_for(len(self.active), self.options.max_draft_len, self.options.draft_len_schedule)
-        groups: dict[int, list[Request]] = {}
-        for request in generating:
+        groups: dict[int, list[int]] = {}
+        for row, request in enumerate(generating):
             # never draft past max_new_tokens (the verify also emits one token of its own)
-            groups.setdefault(max(0, min(k, request.remaining - 1)), []).append(request)
-        for k_r, requests in groups.items():
+            groups.setdefault(max(0, min(k, request.remaining - 1)), []).append(row)
+        for k_r, rows in groups.items():
+            slots = [generating[row].slot for row in rows]
             if k_r == 0:
-                for request in requests:
-                    self.buffer.write_placeholder(request.slot)
+                for slot in slots:
+                    self.buffer.write_placeholder(slot)
                 continue
-            proposal = self.drafter.propose([self._draft_request(r) for r in requests], k_r)
+            proposal = self.drafter.propose([self._draft_request(generating[row]) for row in rows], k_r,
+                                            params.select(rows))
             self.stats.draft_forwards += 1
-            for row, request in enumerate(requests):
-                probs = proposal.draft_probs[row] if proposal.draft_probs is not None else None
-                self.buffer.write(request.slot, proposal.tokens[row], probs, proposal.num_drafts[row])
+            self.buffer.write_proposal(slots, proposal, self.drafter.d2t)
 
     def _draft_request(self, request: Request) -> DraftRequest:
         pending = self.pending_hidden.pop(request.slot, [])
         hidden = {layer: torch.cat([h[layer] for h, _ in pending]) for layer in (pending[0][0] if pending else {})}
         finals = [f for _, f in pending if f is not None]
-        return DraftRequest(
-            slot=request.slot, token_ids=request.token_ids, temperature=request.params.temperature,
-            top_k=request.params.top_k, top_p=request.params.top_p, generator=request.generator,
-            target_hidden=hidden, target_final_hidden=torch.cat(finals) if finals else None,
-        )
+        return DraftRequest(slot=request.slot, token_ids=request.token_ids, target_hidden=hidden,
+                            target_final_hidden=torch.cat(finals) if finals else None)

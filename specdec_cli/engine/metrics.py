@@ -4,10 +4,34 @@
   bonus/recovered token (1.0 = speculation bought nothing; at most K+1).
 - ``acceptance_rate``: accepted drafts / proposed drafts.
 - ``per_position_acceptance[i]``: P(draft i+1 accepted | it was proposed).
+- ``time_breakdown_s``: seconds summed over the run's steps in the target forward (verify + prefill),
+  drafting and acceptance; ``other`` = the steps' wall time minus those three (scheduling, buffers, Python).
+- ``ttft_s`` / ``tpot_s`` / ``itl_s``: latency {mean, p50, p95, p99} over finished requests (ITL: over
+  emitted tokens); see ``Request`` for the definitions.
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from specdec_cli.engine.request import Request
+
+PHASES = ("target_forward", "draft", "accept")
+
+
+@dataclass
+class Latency:
+    """Latency samples of finished requests; ``+`` concatenates (ranks merge their shares)."""
+
+    ttft_s: list[float] = field(default_factory=list)  # one per request
+    tpot_s: list[float] = field(default_factory=list)  # one per request with >= 2 output tokens
+    itl_s: list[float] = field(default_factory=list)  # one per emitted token after the first
+
+    def __add__(self, other: "Latency") -> "Latency":
+        return Latency(self.ttft_s + other.ttft_s, self.tpot_s + other.tpot_s, self.itl_s + other.itl_s)
 
 
 @dataclass
@@ -23,6 +47,11 @@ class SpecStats:
     guard_fallbacks: int = 0  # steps where the proposal guard forced strict acceptance
     generated_tokens: int = 0  # tokens in the final outputs
     wall_s: float = 0.0
+    step_s: float = 0.0  # wall time inside SpecEngine.step, summed
+    target_forward_s: float = 0.0
+    draft_s: float = 0.0
+    accept_s: float = 0.0
+    latency: Latency = field(default_factory=Latency)
 
     def observe(self, num_drafts: int, num_emitted: int) -> None:
         """One request's verify step: ``num_drafts`` proposed, ``num_emitted`` tokens out."""
@@ -38,6 +67,28 @@ class SpecStats:
             self.proposed_at[position] += 1
             self.accepted_at[position] += position < accepted
 
+    def finished(self, request: "Request") -> None:
+        """A request finished: count its output and keep its latency samples."""
+        self.generated_tokens += len(request.output_token_ids)
+        self.latency.ttft_s.append(request.ttft_s)
+        if request.tpot_s is not None:
+            self.latency.tpot_s.append(request.tpot_s)
+        self.latency.itl_s.extend(request.itl_s)
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Add the wall time of the block to ``<phase>_s`` (host clock: on CUDA, synchronise before reading it)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, f"{phase}_s", getattr(self, f"{phase}_s") + time.perf_counter() - start)
+
+    def time_breakdown(self) -> dict[str, float]:
+        """{target_forward, draft, accept, other} seconds; they sum to ``step_s``."""
+        phases = {phase: getattr(self, f"{phase}_s") for phase in PHASES}
+        return {**phases, "other": max(0.0, self.step_s - sum(phases.values()))}
+
     def summary(self) -> dict:
         return {
             "acceptance_length": self.emitted_tokens / self.verify_steps if self.verify_steps else 0.0,
@@ -51,4 +102,23 @@ class SpecStats:
             "guard_fallbacks": self.guard_fallbacks,
             "wall_s": self.wall_s,
             "tokens_per_s": self.generated_tokens / self.wall_s if self.wall_s else 0.0,
+            "time_breakdown_s": self.time_breakdown(),
+            "ttft_s": distribution(self.latency.ttft_s),
+            "tpot_s": distribution(self.latency.tpot_s),
+            "itl_s": distribution(self.latency.itl_s),
         }
+
+
+def distribution(values: list[float]) -> dict[str, float]:
+    """{mean, p50, p95, p99} of ``values`` (percentiles by linear interpolation; all 0.0 when empty)."""
+    if not values:
+        return {"mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0}
+    ordered = sorted(values)
+    return {"mean": sum(ordered) / len(ordered), **{f"p{q}": _percentile(ordered, q) for q in (50, 95, 99)}}
+
+
+def _percentile(ordered: list[float], q: int) -> float:
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)

@@ -1,14 +1,15 @@
 """The slot-indexed proposal buffer between drafting (step t) and acceptance (step t+1).
 
-``draft_probs[num_slots + 1, max_draft_len, draft_vocab]`` and ``draft_tokens[num_slots +
-1, max_draft_len]`` are keyed by the request's KV slot, which stays stable while the batch
-composition changes between steps. The last row is scratch. Rows of a slot that got no
-real drafts hold a one-hot placeholder so that acceptance always reads a legal
-distribution. ``num_drafts[slot]`` is the runtime draft length of that slot's last proposal.
+``draft_tokens[num_slots + 1, max_draft_len]`` (target ids) and ``draft_probs[num_slots + 1, max_draft_len, V]``
+(the q each draft was drawn from, **in the target vocabulary**) are keyed by the request's KV slot, which stays
+stable while the batch composition changes between steps. The last row is scratch. d2t is applied exactly once,
+when a proposal is written (``Proposal.target_probs``); reads never map again. Rows of a slot that got no real
+drafts hold a one-hot placeholder so that acceptance always reads a legal distribution. ``num_drafts[slot]`` is
+the runtime draft length of that slot's last proposal.
 
-Fail closed: ``check`` validates a slot's proposal before it is verified (a bad one is
-dropped), and the engine checks q(d) > 0 before rejection (a token cannot have been drawn
-from a distribution that gives it no mass); either failure means strict acceptance.
+Fail closed: ``check`` validates a slot's proposal before it is verified (a bad one is dropped), and ``read``
+reports whether every draft has q(d) > 0 (a token cannot have been drawn from a distribution that gives it no
+mass); either failure means strict acceptance.
 """
 from __future__ import annotations
 
@@ -16,33 +17,42 @@ from typing import Optional
 
 import torch
 
-PLACEHOLDER_DRAFT_ID = 0  # draft-vocabulary id used by placeholder rows
+from specdec_cli.drafters.base import Proposal
+
+PLACEHOLDER_DRAFT_ID = 0  # target-vocabulary id used by placeholder rows
 
 
 class ProposalBuffer:
-    def __init__(self, num_slots: int, max_draft_len: int, draft_vocab_size: int, *, store_probs: bool) -> None:
+    def __init__(self, num_slots: int, max_draft_len: int, vocab_size: int, *, store_probs: bool) -> None:
         self.num_slots = num_slots
         self.max_draft_len = max_draft_len
-        self.draft_vocab_size = draft_vocab_size
+        self.vocab_size = vocab_size
         rows = num_slots + 1
         self.draft_tokens = torch.zeros(rows, max(max_draft_len, 1), dtype=torch.int64)
-        # [num_slots + 1, max_draft_len, draft_vocab]; only for drafters with a real q
+        # [num_slots + 1, max_draft_len, V]; only when acceptance will read a real q
         self.draft_probs: Optional[torch.Tensor] = (
-            torch.zeros(rows, max(max_draft_len, 1), draft_vocab_size, dtype=torch.float32)
+            torch.zeros(rows, max(max_draft_len, 1), vocab_size, dtype=torch.float32)
             if store_probs and max_draft_len > 0
             else None
         )
         self.num_drafts = [0] * rows
 
+    def write_proposal(self, slots: list[int], proposal: Proposal, d2t: Optional[torch.Tensor]) -> None:
+        """Store a drafter's proposal, row r for ``slots[r]``; its q is mapped to target ids here, once."""
+        probs = proposal.target_probs(d2t, self.vocab_size) if self.draft_probs is not None else None
+        for row, slot in enumerate(slots):
+            self.write(slot, proposal.tokens[row], None if probs is None else probs[row], proposal.num_drafts[row])
+
     def write(self, slot: int, tokens: torch.Tensor, probs: Optional[torch.Tensor], num: int) -> None:
-        """Store ``num`` drafts for ``slot``: tokens [>= num] target ids, probs [>= num, Vd] or None."""
+        """Store ``num`` drafts for ``slot``: tokens [>= num] target ids, probs [>= num, V] target vocabulary
+        or None (q is one-hot at the drafted token)."""
         self.num_drafts[slot] = num
         if num == 0:
             self.write_placeholder(slot)
             return
         self.draft_tokens[slot, :num] = tokens[:num]
         if self.draft_probs is not None:
-            if probs is None:  # a deterministic draft: q is one-hot at the drafted token
+            if probs is None:
                 self.draft_probs[slot, :num].zero_()
                 self.draft_probs[slot, :num].scatter_(-1, tokens[:num, None], 1.0)
             else:
@@ -56,15 +66,17 @@ class ProposalBuffer:
             self.draft_probs[slot].zero_()
             self.draft_probs[slot, :, PLACEHOLDER_DRAFT_ID] = 1.0
 
-    def read(self, slots: list[int], k: int) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """Drafts of ``slots`` at runtime length ``k``: tokens [R,k], probs [R,k,Vd] or None."""
+    def read(self, slots: list[int], k: int) -> tuple[torch.Tensor, Optional[torch.Tensor], bool]:
+        """Drafts of ``slots`` at runtime length ``k``: (tokens [R, k], probs [R, k, V] or None,
+        whether every draft has q(d) > 0 under its stored q (True when no q is stored))."""
         index = torch.tensor(slots, dtype=torch.int64)
         tokens = self.draft_tokens.index_select(0, index)[:, :k]
         if self.draft_probs is None:
-            return tokens, None
-        return tokens, self.draft_probs.index_select(0, index)[:, :k]
+            return tokens, None, True
+        probs = self.draft_probs.index_select(0, index)[:, :k]
+        return tokens, probs, bool((probs.gather(-1, tokens[..., None]) > 0).all())
 
-    def check(self, slot: int, target_vocab: int) -> Optional[str]:
+    def check(self, slot: int) -> Optional[str]:
         """Structural check of one slot's proposal before it is verified; the problem or None."""
         num = self.num_drafts[slot]
         if not 0 <= slot < self.num_slots:
@@ -72,6 +84,6 @@ class ProposalBuffer:
         if not 0 <= num <= self.max_draft_len:
             return f"slot {slot}: {num} drafts recorded, buffer holds at most {self.max_draft_len}"
         tokens = self.draft_tokens[slot, :num]
-        if num and (int(tokens.min()) < 0 or int(tokens.max()) >= target_vocab):
+        if num and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             return f"slot {slot}: draft token id outside the target vocabulary"
         return None

@@ -1,4 +1,4 @@
-"""A generation request and its per-request sampling state."""
+"""A generation request, its per-request sampling state and its timestamps."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,14 +14,15 @@ class SamplingParams:
     top_p: float = 1.0  # 1: off
     seed: Optional[int] = None  # None: unseeded (fresh entropy)
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
 
 @dataclass
 class Request:
-    """One prompt to complete. The engine fills the fields below the line."""
+    """One prompt to complete. The engine fills the fields below the line.
+
+    Timestamps are ``time.perf_counter()`` seconds: ``arrival_s`` when the engine took the request,
+    ``chunks`` one (time, output length after it) per step that emitted tokens (the first chunk is the
+    first token), ``finish_s`` when it finished.
+    """
 
     id: str
     prompt_token_ids: list[int]
@@ -35,9 +36,13 @@ class Request:
     slot: int = -1
     num_prefilled: int = 0  # prompt tokens already in the target KV cache
     steps: int = 0  # verify steps taken (generation phase)
+    emitted_tokens: int = 0  # tokens those verify steps emitted (before stop truncation)
     finish_reason: Optional[str] = None  # "eos" | "length" | "stop"
     output_text: str = ""
     generator: Optional[torch.Generator] = None
+    arrival_s: float = 0.0
+    chunks: list[tuple[float, int]] = field(default_factory=list)
+    finish_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.params.seed is not None:
@@ -55,3 +60,31 @@ class Request:
     @property
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.output_token_ids)
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens emitted per verify step (bonus/recovered token included); 0.0 before the first."""
+        return self.emitted_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: arrival -> the chunk holding the first output token."""
+        return self.chunks[0][0] - self.arrival_s if self.chunks else 0.0
+
+    @property
+    def tpot_s(self) -> Optional[float]:
+        """Time per output token after the first: (finish - first token) / (output tokens - 1); None below 2."""
+        if len(self.output_token_ids) < 2 or not self.chunks:
+            return None
+        return (self.finish_s - self.chunks[0][0]) / (len(self.output_token_ids) - 1)
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Inter-token latency, one sample per output token after the first: a chunk of n kept tokens emitted
+        g seconds after the previous chunk contributes n samples of g / n (tokens cut by a stop count not)."""
+        kept = len(self.output_token_ids)
+        samples: list[float] = []
+        for (before_s, before_len), (at_s, at_len) in zip(self.chunks, self.chunks[1:]):
+            count = min(at_len, kept) - min(before_len, kept)
+            samples += [(at_s - before_s) / count] * count if count > 0 else []
+        return samples

@@ -1,91 +1,77 @@
-"""Acceptance dispatch: which rule turns (target logits, drafts) into emitted tokens.
+"""The one acceptance decision: which rule turns (target logits, drafts) into emitted tokens.
 
-- all rows greedy            -> argmax fast path + strict acceptance (never rejection)
-- rejection enabled + q ok   -> rejection sampling against the stored q (lossless)
-- relaxed (MTP only, LOSSY)  -> accept drafts near the target's top (sampling.relaxed_accept)
-- otherwise                  -> sample the target at every position, strict acceptance
-                                (lossless for any drafter; lower acceptance than rejection)
+``acceptance_rule`` decides per group of requests (same runtime K), in this order:
+- relaxed   (MTP thinking phase, LOSSY; K > 0)  -> drafts near the target's top (sampling.relaxed_accept)
+- argmax    (every row greedy)                  -> strict acceptance against the target argmax; never rejection
+- rejection (enabled, K > 0, the stored q is consistent) -> rejection sampling against the stored q (lossless)
+- strict    (otherwise)                         -> sample the target at every position, strict acceptance
+                                                   (lossless for any drafter; lower acceptance than rejection)
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Literal, Optional
 
 import torch
 
 from specdec_cli.sampling import (
-    probs_from_logits,
+    BatchParams,
+    filtered_probs,
+    greedy_accept,
     rejection_sample_with,
     relaxed_accept,
-    sample_from_probs,
+    sample_tokens,
     strict_accept,
 )
 
-
-def target_probs_for(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                     top_p: torch.Tensor) -> torch.Tensor:
-    """logits [G, n, V] with per-request params [G] -> filtered probs [G, n, V]."""
-    num_rows, positions, vocab = logits.shape
-    flat = probs_from_logits(
-        logits.reshape(num_rows * positions, vocab).float(),
-        temperature.repeat_interleave(positions),
-        top_k.repeat_interleave(positions),
-        top_p.repeat_interleave(positions),
-    )
-    return flat.view(num_rows, positions, vocab)
+RuleName = Literal["argmax", "strict", "rejection", "relaxed"]
 
 
-def accept_group(
-    logits: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    *,
-    temperature: torch.Tensor,
-    top_k: torch.Tensor,
-    top_p: torch.Tensor,
-    generators: list[Optional[torch.Generator]],
-    draft_probs: Optional[torch.Tensor],
-    use_rejection: bool,
-    backend: str = "torch",
-    relaxed: Optional[tuple[int, float]] = None,
-) -> tuple[torch.Tensor, torch.Tensor, str]:
-    """Accept drafts for G requests with the same runtime draft length k.
+@dataclass(frozen=True)
+class AcceptanceOptions:
+    """The effective acceptance settings of a run (from the validated config)."""
 
-    logits [G, k+1, V]; draft_tokens [G, k] target ids; draft_probs [G, k, V] in the target
-    vocabulary (already expanded through d2t) or None (one-hot q). ``relaxed`` = (top-k, delta)
-    selects relaxed acceptance (lossy). Returns (tokens [G, k+1] padded with -1, num_emitted [G], rule).
+    rejection: bool = True  # rejection sampling where the drafter stored drafts (and maybe a q)
+    backend: str = "torch"  # rejection kernel: torch | flashinfer
+    relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A decided rule with the settings it needs; ``accept`` applies it to one group."""
+
+    name: RuleName
+    options: AcceptanceOptions
+
+    def accept(self, logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
+               params: BatchParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [G, k+1, V]; draft_tokens [G, k] target ids; draft_probs [G, k, V] target vocabulary or None
+        (one-hot at the drafts) -> (tokens [G, k+1] padded with -1, num_emitted [G] in 1..k+1)."""
+        if self.name == "argmax":
+            return greedy_accept(draft_tokens, logits)
+        if self.name == "relaxed":
+            target_tokens = sample_tokens(logits, params)
+            return relaxed_accept(draft_tokens, logits.float().softmax(-1), target_tokens, *self.options.relaxed)
+        target_probs = filtered_probs(logits, params)
+        if self.name == "strict":
+            return strict_accept(draft_tokens, sample_tokens(logits, params, target_probs))
+        if draft_probs is None:
+            draft_probs = torch.zeros(*draft_tokens.shape, logits.shape[-1], dtype=torch.float32)
+            draft_probs.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
+        return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
+                                     generators=params.generators)
+
+
+def acceptance_rule(params: BatchParams, k: int, options: AcceptanceOptions, *, proposal_ok: bool = True) -> Rule:
+    """The rule for a group of requests at runtime draft length ``k`` (see the module doc for the order).
+
+    ``proposal_ok`` is the fail-closed check of the group's stored q (every draft has q(d) > 0): when it
+    fails, rejection falls back to strict acceptance (still lossless).
     """
-    num_rows, positions, vocab = logits.shape
-    if relaxed is not None:
-        target_tokens = _target_tokens(logits, temperature, top_k, top_p, generators)
-        tokens, emitted = relaxed_accept(draft_tokens, logits.float().softmax(-1), target_tokens, *relaxed)
-        return tokens, emitted, "relaxed"
-    if bool((temperature == 0).all()):
-        return (*strict_accept(draft_tokens, logits.argmax(dim=-1)), "greedy")
-    target_probs = target_probs_for(logits, temperature, top_k, top_p)
-    if use_rejection:
-        full_q = draft_probs
-        if full_q is None:
-            full_q = torch.zeros(num_rows, positions - 1, vocab, dtype=torch.float32)
-            full_q.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
-        tokens, emitted = rejection_sample_with(backend, target_probs, full_q, draft_tokens, generators=generators)
-        return tokens, emitted, "rejection"
-    return (*strict_accept(draft_tokens, _target_tokens(logits, temperature, top_k, top_p, generators, target_probs)),
-            "strict")
-
-
-def _target_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                   generators: list[Optional[torch.Generator]],
-                   target_probs: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The target's own token at every position: logits [G, n, V] -> [G, n] (argmax rows stay exact)."""
-    num_rows, positions, vocab = logits.shape
-    if target_probs is None:
-        target_probs = target_probs_for(logits, temperature, top_k, top_p)
-    row_generators = [g for g in generators for _ in range(positions)]
-    return sample_from_probs(target_probs.view(-1, vocab), row_generators).view(num_rows, positions)
-
-
-def sample_first_tokens(logits: torch.Tensor, *, temperature: torch.Tensor, top_k: torch.Tensor,
-                        top_p: torch.Tensor, generators: list[Optional[torch.Generator]]) -> torch.Tensor:
-    """The token after a finished prefill: logits [R, V] -> tokens [R]."""
-    if bool((temperature == 0).all()):
-        return logits.argmax(dim=-1)
-    return sample_from_probs(target_probs_for(logits[:, None], temperature, top_k, top_p)[:, 0], generators)
+    if options.relaxed is not None and k > 0:
+        return Rule("relaxed", options)
+    if params.all_greedy:
+        return Rule("argmax", options)
+    if options.rejection and k > 0 and proposal_ok:
+        return Rule("rejection", options)
+    return Rule("strict", options)

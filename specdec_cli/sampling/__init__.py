@@ -29,35 +29,30 @@ from specdec_cli.sampling.acceptance import (
     relaxed_accept,
     strict_accept,
 )
-from specdec_cli.sampling.backend import (
-    BackendChoice,
-    flashinfer_unavailable_reason,
-    probs_from_logits_with,
-    rejection_sample_with,
-    resolve_backend,
-)
+from specdec_cli.sampling.backend import rejection_sample_with
 from specdec_cli.sampling.draws import Generators, draw_uniforms, sample_from_probs
+from specdec_cli.sampling.params import BatchParams
 from specdec_cli.sampling.probs import SamplingError, probs_from_logits
 from specdec_cli.sampling.reference import rejection_sample_reference
+from specdec_cli.sampling.sample import filtered_probs, sample_tokens
 from specdec_cli.sampling.vocab import draft_to_target_ids, expand_draft_probs
 
 __all__ = [
     "PLACEHOLDER_TOKEN_ID",
-    "BackendChoice",
+    "BatchParams",
     "Generators",
     "SamplingError",
     "draft_to_target_ids",
     "draw_uniforms",
     "expand_draft_probs",
-    "flashinfer_unavailable_reason",
+    "filtered_probs",
     "greedy_accept",
     "probs_from_logits",
-    "probs_from_logits_with",
     "rejection_sample",
     "rejection_sample_reference",
     "rejection_sample_with",
     "relaxed_accept",
-    "resolve_backend",
     "sample_from_probs",
+    "sample_tokens",
     "strict_accept",
 ]

@@ -1,14 +1,29 @@
 """Per-row sampling parameters of one batch, as tensors: built once per step, read by everyone.
 
-The target (first-token sampling), the drafters (draft-side filters) and acceptance all read the
-same ``BatchParams``; nobody rebuilds temperature/top_k/top_p tensors from requests.
+The target (first-token and per-position sampling), the drafters (draft-side filters) and acceptance all
+read the same ``BatchParams``; nobody else turns per-request temperature/top_k/top_p into tensors.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import torch
+
+
+class RowSampling(Protocol):
+    """What a row's sampling settings provide (e.g. the engine's ``SamplingParams``)."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+
+
+class SampledRow(Protocol):
+    """One row of a batch: its settings and its random stream (e.g. the engine's ``Request``)."""
+
+    params: RowSampling
+    generator: Optional[torch.Generator]
 
 
 @dataclass(frozen=True)
@@ -23,8 +38,15 @@ class BatchParams:
     all_greedy: bool
 
     @classmethod
-    def of(cls, temperature: Sequence[float], top_k: Sequence[int], top_p: Sequence[float],
-           generators: Sequence[Optional[torch.Generator]], device: torch.device | str = "cpu") -> "BatchParams":
+    def of(cls, rows: Sequence[SampledRow], device: torch.device | str = "cpu") -> "BatchParams":
+        """From the batch's rows (requests), in batch order."""
+        return cls.from_values([r.params.temperature for r in rows], [r.params.top_k for r in rows],
+                               [r.params.top_p for r in rows], [r.generator for r in rows], device)
+
+    @classmethod
+    def from_values(cls, temperature: Sequence[float], top_k: Sequence[int], top_p: Sequence[float],
+                    generators: Sequence[Optional[torch.Generator]],
+                    device: torch.device | str = "cpu") -> "BatchParams":
         """From per-row Python values (one entry per row, rows in batch order)."""
         return cls(
             temperature=torch.tensor(list(temperature), dtype=torch.float32, device=device),

@@ -16,9 +16,9 @@ from specdec_cli.drafters.base import DrafterDeps
 from specdec_cli.drafters.draft_target import ModelDrafter
 from specdec_cli.engine.engine import EngineOptions, SpecEngine, draft_len_for
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.runner import run_requests
-from specdec_cli.stats import fit
+from specdec_cli.run.drive import run_requests
 from specdec_cli.testing import exact_sequence_law, toy_model
+from specdec_cli.verify.stats import fit
 
 VOCAB = 16
 
