@@ -39,9 +39,9 @@ from specdec_cli.drafters.base import DrafterDeps
 from specdec_cli.drafters.learned import ASSETS, SHIPPED_TARGET
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.runner import run_requests
 from specdec_cli.engine.workload import encode_prompt, load_prompts
 from specdec_cli.models import load_model
+from specdec_cli.run.drive import run_requests
 
 METHODS = {"eagle3": Eagle3MethodConfig, "mtp": MtpMethodConfig, "draft_target": DraftTargetMethodConfig,
            "pard": PardMethodConfig, "dflash": DflashMethodConfig}

@@ -33,10 +33,10 @@ from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import DrafterDeps
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.runner import run_requests
 from specdec_cli.engine.workload import encode_prompt, load_prompts
 from specdec_cli.models import load_model
 from specdec_cli.models.loading import EMBEDDED_NAME, cached_gguf_dir, embedded_model_path
+from specdec_cli.run.drive import run_requests
 
 SELF_SPEC_LAYERS = 4
 

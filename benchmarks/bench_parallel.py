@@ -23,7 +23,7 @@ from typing import Iterator, Optional
 
 from specdec_cli.config.compose import compose_config
 from specdec_cli.config.validate import resolve
-from specdec_cli.engine.runner import run_job
+from specdec_cli.run.job import run_job
 
 CONFIGS: dict[str, tuple[str, list[str], Optional[int]]] = {  # id -> (label, overrides, cores; None: all)
     "tp1": ("tp1 = adp1 (1 process, all cores)", [], None),
@@ -54,7 +54,7 @@ def measure(config: str, args: argparse.Namespace, output_dir: Path) -> dict:
     ])
     start = time.perf_counter()
     with cores(count):
-        metrics = run_job(cfg, resolve(cfg), output_dir, show_progress=False)["metrics"]
+        metrics = run_job(cfg, resolve(cfg), output_dir, show_progress=False).metrics
     lines = (output_dir / "outputs.jsonl").read_text().splitlines()
     return {"tokens_per_s": metrics["tokens_per_s"], "tokens": metrics["generated_tokens"],
             "wall_s": metrics["wall_s"], "end_to_end_s": time.perf_counter() - start,

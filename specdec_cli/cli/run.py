@@ -2,7 +2,7 @@
 
 Typer hands its raw arguments to ``@hydra.main``. Each Hydra job types its config,
 validates it, then writes ``effective.json`` (``dry_run=true``), skips a finished job
-(``skip_if_done=true``) or calls the engine. A failing job prints its own ``error:``
+(``skip_if_done=true``) or runs the job (``run.job.run_job``). A failing job prints its own ``error:``
 lines, so a sweep reports every failure:
 - single run: the job returns and the process exits with the job's code (2: config/input);
 - sweep (``-m``): the job raises, Hydra still runs the remaining jobs, writes one
@@ -121,8 +121,8 @@ def _execute(config: DictConfig) -> dict | None:
     if cfg.skip_if_done and (output_dir / "results.json").exists():
         console.print(f"skipped: {output_dir / 'results.json'} exists", markup=False)
         return None
-    from specdec_cli.engine.runner import run_job  # torch and models load only for real runs
+    from specdec_cli.run.job import run_job  # torch and models load only for real runs
 
-    results = run_job(cfg, effective, output_dir)
+    results = run_job(cfg, effective, output_dir).to_dict()
     print_run_summary(results, str(output_dir))
     return results

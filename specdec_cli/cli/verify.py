@@ -11,7 +11,7 @@ from rich.text import Text
 from specdec_cli.cli.output import console
 
 if TYPE_CHECKING:
-    from specdec_cli.report.verify import VerifyOutcome
+    from specdec_cli.verify.check import VerifyOutcome
 
 
 def verify(
@@ -42,7 +42,8 @@ def verify(
     specdec verify --toy method=ngram method.min_n=1 sampler=temperature
     Exit 0: the distributions match; 1: they differ; 2: invalid configuration.
     """
-    from specdec_cli.report.verify import VerifyOptions, verify as run_verify  # torch loads only here
+    from specdec_cli.verify.check import verify as run_verify  # torch loads only here
+    from specdec_cli.verify.setup import VerifyOptions
 
     options = VerifyOptions(num_tokens=tokens, num_samples=samples, num_prompts=prompts, batch_size=batch,
                             alpha=alpha, seed=seed, toy=toy)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from scipy import stats as scipy_stats
 
-from specdec_cli.stats import fit
+from specdec_cli.verify.stats import fit
 
 MIN_EXPECTED = 5.0
 END = -1  # a sequence that stopped (EOS) before this position

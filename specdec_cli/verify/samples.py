@@ -24,10 +24,10 @@ from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.runner import run_requests
 from specdec_cli.models import KVCache, Transformer
-from specdec_cli.report.lossless import END
+from specdec_cli.run.drive import run_requests
 from specdec_cli.sampling import probs_from_logits
+from specdec_cli.verify.lossless import END
 
 
 @dataclass(frozen=True)

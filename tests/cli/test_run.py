@@ -1,7 +1,6 @@
-"""``specdec run``: a real Hydra app that validates, dry-runs, skips, or hands over to the engine."""
+"""``specdec run``: a real Hydra app that validates, dry-runs, skips, or hands over to the job."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.errors import ConfigError
+from specdec_cli.run.outputs import locked_output_dir
+from specdec_cli.run.result import RunResult, run_metrics
 
 SPECDEC = Path(sys.executable).parent / "specdec"
 # in-process runs: Hydra must not attach log handlers to pytest's captured streams
@@ -22,19 +23,18 @@ QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
 
 @pytest.fixture
 def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
-    """Replace the engine module with a recorder (no torch models are loaded)."""
+    """Replace the job module (specdec_cli.run.job) with a recorder (no torch models are loaded)."""
     calls: list[tuple] = []
 
-    def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path) -> dict:
+    def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path) -> RunResult:
         calls.append((cfg, effective, output_dir))
         if cfg.workload.name == "jsonl":
             raise ConfigError(["prompts.jsonl:3: not valid JSON"])
-        metrics = {**SpecStats().summary(), "num_requests": 0, "load_s": 0.0}
-        return {"config": dataclasses.asdict(cfg), "effective": effective.to_dict(), "metrics": metrics}
+        return RunResult(cfg, effective, run_metrics(SpecStats(), 0.0, 0), [])
 
-    fake = types.ModuleType("specdec_cli.engine.runner")
+    fake = types.ModuleType("specdec_cli.run.job")
     fake.run_job = run_job  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "specdec_cli.engine.runner", fake)
+    monkeypatch.setitem(sys.modules, "specdec_cli.run.job", fake)
     return calls
 
 
@@ -75,6 +75,25 @@ def test_engine_input_errors_exit_2(specdec, engine_calls, tmp_path: Path) -> No
     args = ("workload=jsonl", f"workload.path={prompts}", f"hydra.run.dir={tmp_path}", *QUIET)
     result = specdec("run", *args)
     assert result.exit_code == 2 and result.err.strip() == "error: prompts.jsonl:3: not valid JSON"
+
+
+def test_an_unwritable_output_dir_exits_2_before_loading(specdec, tmp_path: Path) -> None:
+    regular = tmp_path / "a_file"
+    regular.write_text("")
+    result = specdec("run", "method=ngram", f"output_dir={regular / 'out'}", f"hydra.run.dir={tmp_path}", *QUIET)
+    assert result.exit_code == 2
+    (line,) = result.err.splitlines()
+    assert line.startswith(f"error: output directory {regular / 'out'} is not writable")
+
+
+def test_a_second_run_into_a_locked_output_dir_exits_2_at_once(specdec, tmp_path: Path) -> None:
+    busy = tmp_path / "busy"
+    with locked_output_dir(busy):  # a run in progress (flock: any other open of the lock file conflicts)
+        result = specdec("run", "method=ngram", f"output_dir={busy}", f"hydra.run.dir={tmp_path}", *QUIET)
+    assert result.exit_code == 2
+    (line,) = result.err.splitlines()
+    assert line.startswith(f"error: output directory {busy} is in use by another run")
+    assert not (busy / "results.json").exists() and not (busy / "outputs.jsonl").exists()
 
 
 def test_dry_run_writes_effective_json(specdec, engine_calls, tmp_path: Path) -> None:

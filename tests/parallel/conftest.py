@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 from toy_run import Methods, Paths, Reference, method_overrides, outputs, run_config, write_toy_tree
 
-from specdec_cli.engine.runner import run_job
+from specdec_cli.run.job import run_job
 
 HERE = Path(__file__).parent
 

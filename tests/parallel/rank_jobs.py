@@ -8,7 +8,7 @@ from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.parallel import shard
 from specdec_cli.parallel.context import RankContext
-from specdec_cli.parallel.job import run_rank_job
+from specdec_cli.run.ranks import run_rank_job
 
 Job = tuple[RunConfig, EffectiveConfig, Path, bool]  # config, effective, output dir, shard every draft
 DEFAULT_SHARD_MIN = shard.SHARD_DRAFT_MIN_PARAMS

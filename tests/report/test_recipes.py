@@ -54,11 +54,11 @@ def test_recipe_expands_into_its_sweep(recipe: str, tmp_path: Path) -> None:
 
 def test_rerun_with_skip_if_done_skips_finished_jobs(run_specdec, monkeypatch, tmp_path: Path) -> None:
     calls: list[Path] = []
-    fake = types.ModuleType("specdec_cli.engine.runner")
+    fake = types.ModuleType("specdec_cli.run.job")
     fake.run_job = lambda cfg, effective, output_dir: (  # type: ignore[attr-defined]
-        calls.append(output_dir) or results_record(cfg.method.name, "greedy")
+        calls.append(output_dir) or types.SimpleNamespace(to_dict=lambda: results_record(cfg.method.name, "greedy"))
     )
-    monkeypatch.setitem(sys.modules, "specdec_cli.engine.runner", fake)
+    monkeypatch.setitem(sys.modules, "specdec_cli.run.job", fake)
     sweep = ("-m", "method=none,ngram", f"hydra.sweep.dir={tmp_path}", *QUIET)
     assert run_specdec("run", *sweep, "dry_run=true")[0] == 0
     finished = tmp_path / "0" / "results.json"

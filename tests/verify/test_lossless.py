@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from specdec_cli.report import lossless
-from specdec_cli.report.lossless import END, Comparison
+from specdec_cli.verify import lossless
+from specdec_cli.verify.lossless import END, Comparison
 
 
 def test_identical_samples_match_and_disjoint_ones_differ() -> None:

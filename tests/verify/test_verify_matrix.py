@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from specdec_cli.report.verify import VerifyOptions, verify
+from specdec_cli.verify.check import verify
+from specdec_cli.verify.setup import VerifyOptions
 
 METHODS = {
     "self_spec": ("method=draft_target",),

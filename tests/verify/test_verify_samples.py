@@ -10,9 +10,10 @@ import torch
 from specdec_cli.config.schema import DraftTargetMethodConfig, NoneMethodConfig
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.runner import run_requests
-from specdec_cli.report.lossless import END
-from specdec_cli.report.verify_sampling import (
+from specdec_cli.run.drive import run_requests
+from specdec_cli.testing import exact_sequence_law, toy_model
+from specdec_cli.verify.lossless import END
+from specdec_cli.verify.samples import (
     EngineSetup,
     PromptCase,
     SharedPromptEngine,
@@ -20,7 +21,6 @@ from specdec_cli.report.verify_sampling import (
     conditional_expectation,
     sample_continuations,
 )
-from specdec_cli.testing import exact_sequence_law, toy_model
 
 PROMPT = (3, 1, 4, 1, 5, 9, 2, 6)
 

@@ -1,0 +1,32 @@
+"""``specdec run``'s job: lock the output directory, build the pipeline, run it, write the results."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from specdec_cli.config.effective import EffectiveConfig
+from specdec_cli.config.schema import RunConfig
+from specdec_cli.run.drive import generate_outputs
+from specdec_cli.run.outputs import locked_output_dir, write_results
+from specdec_cli.run.pipeline import build_pipeline
+from specdec_cli.run.result import RunResult, output_row, run_metrics
+
+
+def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
+            show_progress: bool = True) -> RunResult:
+    """Run the job ``cfg`` describes and write results.json + outputs.jsonl to ``output_dir``."""
+    if cfg.parallelism.tp > 1 or cfg.parallelism.dp > 1:
+        # torch.distributed and the launcher load only for parallel runs
+        from specdec_cli.run.ranks import run_parallel_job
+
+        return run_parallel_job(cfg, effective, output_dir, show_progress=show_progress)
+    with locked_output_dir(output_dir):
+        load_start = time.perf_counter()
+        pipeline = build_pipeline(cfg, effective)
+        load_s = time.perf_counter() - load_start
+        requests = pipeline.requests
+        generate_outputs(pipeline.engine, requests, pipeline.tokenizer, show_progress=show_progress)
+        result = RunResult(cfg, effective, run_metrics(pipeline.engine.stats, load_s, len(requests)),
+                           [output_row(request) for request in requests])
+        write_results(output_dir, result)
+    return result
