@@ -1,10 +1,8 @@
-"""DFlash: context K/V from target features, one non-causal block forward, loading, engine losslessness."""
+"""DFlash: context K/V from target features, one non-causal block forward, loading (the contract is in
+test_drafter_contract.py, decoding through the engine in test_drafters_in_engine.py)."""
 from __future__ import annotations
 
-import atexit
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -13,35 +11,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec_cli.config.schema import DflashMethodConfig
-from specdec_cli.drafters import build_drafter, dflash, learned
-from specdec_cli.drafters.base import DrafterDeps, DraftRequest
-from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash, save_dflash
+from specdec_cli.drafters import dflash_drafter, learned
+from specdec_cli.drafters.base import DraftRequest, Proposal
+from specdec_cli.drafters.dflash import load_dflash
+from specdec_cli.drafters.dflash_drafter import DFlashDrafter
 from specdec_cli.errors import ConfigError
-from specdec_cli.testing import toy_model
-from specdec_cli.train.dflash_objective import init_dflash
-from test_pard import GREEDY, PROMPTS, SAMPLERS, VOCAB, check_law, check_staggered, generate, make_engine
+from toys import MASK, VOCAB, batch_params, build, toy_dflash_checkpoint
 
-MASK = 15
 CONTEXT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
-
-
-def toy_dflash_checkpoint(directory: Optional[Path] = None, *, block_size: int = 4, seed: int = 1) -> str:
-    """A random one-layer DFlash draft on the toy target's layers 0 and 1 (its final norm scaled down), saved
-    in ``directory`` (default: a temporary directory removed at exit)."""
-    if directory is None:
-        directory = Path(tempfile.mkdtemp(prefix="specdec-toy-dflash-"))
-        atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
-    draft = init_dflash(target, (0, 1), mask_token_id=MASK, num_layers=1, block_size=block_size, seed=seed)
-    with torch.no_grad():
-        draft.norm.weight.fill_(0.3)  # flatter q: sampled and argmax drafts differ often
-    save_dflash(draft, directory)
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return toy_model(0, vocab_size=VOCAB, num_layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +26,14 @@ def checkpoint() -> str:
     return toy_dflash_checkpoint()
 
 
-def drafter_for(target, path: str, num_slots: int = 2) -> DFlashDrafter:
-    deps = DrafterDeps(target=target, num_slots=num_slots, max_seq_len=64, vocab_size=VOCAB,
-                       device=torch.device("cpu"), dtype=torch.float32)
-    return build_drafter(DflashMethodConfig(checkpoint=path, num_draft_tokens=3), deps)
+def drafter_for(target, path: Optional[str], num_slots: int = 2) -> DFlashDrafter:
+    return build(target, DflashMethodConfig(checkpoint=path, num_draft_tokens=3), num_slots)
 
 
-def request(tokens: list[int], slot: int = 0, hidden: Optional[dict] = None, temperature: float = 1.0) -> DraftRequest:
-    return DraftRequest(slot=slot, token_ids=list(tokens), temperature=temperature, top_k=0, top_p=1.0,
-                        generator=torch.Generator().manual_seed(slot), target_hidden=hidden or {})
+def propose(drafter: DFlashDrafter, tokens: list[int], k: int = 3, hidden: Optional[dict] = None,
+            temperature: float = 1.0) -> Proposal:
+    return drafter.propose([DraftRequest(slot=0, token_ids=list(tokens), target_hidden=hidden or {})], k,
+                           batch_params(1, temperature))
 
 
 def target_features(target, tokens: list[int], layers=(0, 1)) -> dict[int, torch.Tensor]:
@@ -74,10 +50,10 @@ def test_features_from_the_engine_equal_recomputed_ones(target, checkpoint) -> N
     for drafter in (given, recomputed):
         drafter.add_request(0, CONTEXT)
     hidden = target_features(target, CONTEXT[:-1])
-    first = given.propose([request(CONTEXT[:5], hidden={k: v[:4] for k, v in hidden.items()})], 3)
+    first = propose(given, CONTEXT[:5], hidden={k: v[:4] for k, v in hidden.items()})
     assert given.cache.length(0) == 4 and first.num_drafts == [3]
-    with_features = given.propose([request(CONTEXT, hidden={k: v[4:] for k, v in hidden.items()})], 3)
-    without = recomputed.propose([request(CONTEXT)], 3)
+    with_features = propose(given, CONTEXT, hidden={k: v[4:] for k, v in hidden.items()})
+    without = propose(recomputed, CONTEXT)
     assert given.cache.length(0) == recomputed.cache.length(0) == len(CONTEXT) - 1
     assert torch.allclose(with_features.draft_probs, without.draft_probs, atol=1e-5)
 
@@ -85,11 +61,11 @@ def test_features_from_the_engine_equal_recomputed_ones(target, checkpoint) -> N
 def test_block_longer_than_the_draft_gives_ragged_drafts(target, monkeypatch) -> None:
     """K beyond block_size - 1: the draft proposes block_size - 1 tokens, and building it says so."""
     warnings: list[str] = []  # recorded at the logger: Hydra's logging set-up in other tests may disable capture
-    monkeypatch.setattr(dflash.log, "warning", lambda message, *args: warnings.append(message % args))
+    monkeypatch.setattr(dflash_drafter.log, "warning", lambda message, *args: warnings.append(message % args))
     drafter = drafter_for(target, toy_dflash_checkpoint(block_size=3))
     assert len(warnings) == 1 and "proposes at most 2 tokens per step, not 3" in warnings[0]
     drafter.add_request(0, CONTEXT)
-    proposal = drafter.propose([request(CONTEXT, temperature=0.0)], 4)
+    proposal = propose(drafter, CONTEXT, 4, temperature=0.0)
     assert proposal.num_drafts == [2] and proposal.tokens.shape == (1, 4)
     q = proposal.draft_probs[0, :2]
     assert torch.equal(q.argmax(-1), proposal.tokens[0, :2]) and torch.equal(q.max(-1).values, torch.ones(2))
@@ -144,32 +120,7 @@ def test_malformed_checkpoints_are_refused(target, checkpoint, tmp_path: Path, c
 
 def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target, monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(learned, "ASSETS", tmp_path)  # as for a target without a shipped draft
-    deps = DrafterDeps(target=target, num_slots=1, max_seq_len=64, vocab_size=VOCAB,
-                       device=torch.device("cpu"), dtype=torch.float32)
     with pytest.raises(ConfigError) as err:
-        build_drafter(DflashMethodConfig(), deps)
+        drafter_for(target, None)
     assert len(err.value.violations) == 1
     assert "no shipped draft exists yet" in str(err.value) and "method.checkpoint=" in str(err.value)
-
-
-# ---------------------------------------------------------------- through the engine
-def method(checkpoint: str, **kwargs) -> DflashMethodConfig:
-    return DflashMethodConfig(checkpoint=checkpoint, **{"num_draft_tokens": 3, **kwargs})
-
-
-@pytest.mark.parametrize("num_draft_tokens", [3, 5])  # 5 > block_size - 1: ragged, 3 drafts per step
-def test_greedy_speculative_equals_autoregressive(target, checkpoint, num_draft_tokens: int) -> None:
-    baseline = generate(make_engine(target, None, batch=2), PROMPTS, GREEDY, 24)
-    engine = make_engine(target, method(checkpoint, num_draft_tokens=num_draft_tokens), batch=3)
-    assert generate(engine, PROMPTS, GREEDY, 24) == baseline
-    assert engine.stats.accepted_drafts > 0 and engine.stats.guard_fallbacks == 0
-
-
-@pytest.mark.parametrize("sampler", list(SAMPLERS))
-def test_sampled_output_follows_target_law(target, checkpoint, sampler: str) -> None:
-    policy = "argmax" if sampler == "argmax" else "sample"
-    check_law(target, method(checkpoint, num_draft_tokens=2, draft_policy=policy), sampler)
-
-
-def test_staggered_arrivals_and_context_only_steps(target, checkpoint) -> None:
-    check_staggered(target, method(checkpoint))

@@ -1,5 +1,5 @@
-"""EAGLE-3: the published checkpoint layout, the drafting chain (== its training unroll), rewinds,
-and lossless speculative decoding through the engine on the toy target."""
+"""EAGLE-3: the published checkpoint layout, the drafting chain (== its training unroll), rewinds, and the
+(the contract is in test_drafter_contract.py, decoding through the engine in test_drafters_in_engine.py)."""
 from __future__ import annotations
 
 import json
@@ -7,48 +7,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from learned_helpers import (
-    TOY_LAYERS,
-    VOCAB,
-    assert_follows_law,
-    generate,
-    make_engine,
-    toy_checkpoint,
-    toy_target,
-    trained_toy_checkpoint,
-)
 from safetensors.torch import load_file, save_file
 
-from specdec_cli.config.schema import Eagle3MethodConfig, NoneMethodConfig
+from specdec_cli.config.schema import Eagle3MethodConfig
 from specdec_cli.drafters import build_drafter, learned
 from specdec_cli.drafters.base import DrafterDeps, DraftRequest
 from specdec_cli.drafters.eagle3 import load_eagle3
-from specdec_cli.drafters.learned import FeatureDrafter
-from specdec_cli.engine.request import Request, SamplingParams
+from specdec_cli.drafters.feature_head import FeatureDrafter
 from specdec_cli.errors import ConfigError
 from specdec_cli.models.rope import RotaryTables
-from specdec_cli.testing import exact_sequence_law, toy_model
+from specdec_cli.testing import toy_model
 from specdec_cli.train.unroll import unroll_head
+from toys import CONTEXT, TOY_LAYERS, VOCAB, batch_params, toy_checkpoint, toy_target
 
-CONTEXT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]
 PUBLISHED = {"fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
              "midlayer.post_attention_layernorm.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
              *(f"midlayer.self_attn.{p}_proj.weight" for p in "qkvo"),
              *(f"midlayer.mlp.{p}_proj.weight" for p in ("gate", "up", "down"))}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return toy_target()
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +31,8 @@ def checkpoint(target, tmp_path_factory) -> Path:
     return Path(toy_checkpoint("eagle3", target, tmp_path_factory.mktemp("eagle3")))
 
 
-@pytest.fixture(scope="module")
-def trained(target, tmp_path_factory) -> str:
-    return trained_toy_checkpoint("eagle3", target, tmp_path_factory.mktemp("trained"))
-
-
-def request(tokens: list[int], temperature: float = 1.0, seed: int = 0, **hidden) -> DraftRequest:
-    return DraftRequest(slot=0, token_ids=list(tokens), temperature=temperature, top_k=0, top_p=1.0,
-                        generator=torch.Generator().manual_seed(seed), **hidden)
+def request(tokens: list[int], **hidden) -> DraftRequest:
+    return DraftRequest(slot=0, token_ids=list(tokens), **hidden)
 
 
 def drafter_for(head, target) -> FeatureDrafter:
@@ -163,7 +132,7 @@ def test_no_shipped_head_is_one_clear_config_error(target, monkeypatch, tmp_path
 def test_training_unroll_matches_the_drafting_chain(target, checkpoint: Path) -> None:
     """Training-time test attention sees exactly what the drafting chain has in its cache."""
     head = load_eagle3(checkpoint, target)
-    proposal = drafter_for(head, target).propose([request(CONTEXT)], k=3)
+    proposal = drafter_for(head, target).propose([request(CONTEXT)], 3, batch_params(1))
     sequence = torch.tensor(CONTEXT + proposal.tokens[0].tolist())
     cache = target.new_cache(1, 32)
     with torch.inference_mode():
@@ -181,61 +150,13 @@ def test_rewind_replaces_own_entries_with_target_features(target, checkpoint: Pa
     """After a partial acceptance the head's cache equals a fresh one built from target features."""
     head = load_eagle3(checkpoint, target)
     drafter = drafter_for(head, target)
-    first = drafter.propose([request(CONTEXT)], k=3).tokens[0].tolist()
+    first = drafter.propose([request(CONTEXT)], 3, batch_params(1)).tokens[0].tolist()
     committed = CONTEXT + [first[0], (first[1] + 1) % VOCAB]  # d1 accepted, d2 rejected and replaced
     cache = target.new_cache(1, 32)
     with torch.inference_mode():
         out = target(cache, [0], torch.tensor(committed[:-1]), hidden_layers=TOY_LAYERS)
     new_hidden = {layer: h[-2:] for layer, h in out.hidden.items()}  # the 2 positions verified this step
-    resumed = drafter.propose([request(committed, seed=5, target_hidden=new_hidden)], k=3)
-    fresh = drafter_for(load_eagle3(checkpoint, target), target).propose([request(committed, seed=5)], k=3)
+    resumed = drafter.propose([request(committed, target_hidden=new_hidden)], 3, batch_params(1, seeds=[5]))
+    fresh = drafter_for(load_eagle3(checkpoint, target), target).propose([request(committed)], 3, batch_params(1, seeds=[5]))
     assert torch.equal(resumed.tokens, fresh.tokens)
     assert torch.allclose(resumed.draft_probs, fresh.draft_probs, atol=1e-6)
-
-
-# ---------------------------------------------------------------- through the engine
-PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9, 9, 3], [4, 3, 2, 1, 0, 4, 3, 2, 1, 0, 4, 3]]
-
-
-@pytest.mark.parametrize("policy", ["sample", "argmax"])
-def test_greedy_speculative_equals_autoregressive(target, trained: str, policy: str) -> None:
-    greedy = [SamplingParams(temperature=0.0)] * len(PROMPTS)
-    baseline = generate(make_engine(target, NoneMethodConfig(), batch=2), PROMPTS, greedy, 30)
-    engine = make_engine(target, Eagle3MethodConfig(checkpoint=trained, num_draft_tokens=3, draft_policy=policy),
-                         batch=3)
-    assert generate(engine, PROMPTS, greedy, 30) == baseline
-    assert engine.stats.accepted_drafts > 0 and engine.stats.guard_fallbacks == 0 and engine.drafter.recomputed == 0
-
-
-def test_draft_length_toggling_to_zero_keeps_the_head_in_sync(target, trained: str) -> None:
-    """K = 3 alone, 0 while 3+ requests run (features of skipped steps pile up), then 3 again."""
-    engine = make_engine(target, Eagle3MethodConfig(checkpoint=trained, num_draft_tokens=3), batch=4, schedule={2: 3})
-    lengths = [40, 8, 10, 12]
-    requests = [Request(id=str(i), prompt_token_ids=p, params=SamplingParams(), max_new_tokens=n)
-                for i, (p, n) in enumerate(zip(PROMPTS, lengths))]
-    engine.add_request(requests[0])
-    for _ in range(4):
-        engine.step()
-    alone = engine.stats.proposed_drafts
-    for request in requests[1:]:
-        engine.add_request(request)
-    while engine.has_work():
-        engine.step()
-    assert alone > 0 and engine.stats.proposed_drafts > alone
-    assert engine.drafter.recomputed == 0  # every catch-up found exactly the features it needed
-    baseline = make_engine(target, NoneMethodConfig(), batch=1)
-    for request in requests:
-        assert generate(baseline, [request.prompt_token_ids], [SamplingParams()], request.max_new_tokens)[0] == \
-            request.output_token_ids
-
-
-@pytest.mark.parametrize("sampler", [dict(temperature=1.0), dict(temperature=1.0, top_k=4),
-                                     dict(temperature=0.8, top_p=0.7)])
-def test_sampled_output_follows_the_target_law(target, trained: str, sampler: dict) -> None:
-    prompt, num = [3, 1, 4, 1, 5], 3000
-    law = exact_sequence_law(target, prompt, 3, **sampler)
-    engine = make_engine(target, Eagle3MethodConfig(checkpoint=trained, num_draft_tokens=2), batch=64)
-    samples = torch.tensor(generate(engine, [prompt] * num, [SamplingParams(seed=i, **sampler) for i in range(num)], 3))
-    assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
-    assert engine.stats.guard_fallbacks == 0
-    assert_follows_law(samples, law)

@@ -1,5 +1,6 @@
-"""MTP: DeepSeek-V3-style checkpoint names, the shared target head (full or d2t rows), the drafting
-chain (== its training unroll), and lossless speculative decoding through the engine."""
+"""MTP: DeepSeek-V3-style checkpoint names, the shared target head (full or d2t rows) and the drafting
+chain (== its training unroll); the contract is in test_drafter_contract.py, decoding through the engine in
+test_drafters_in_engine.py."""
 from __future__ import annotations
 
 import json
@@ -8,62 +9,27 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from learned_helpers import (
-    DRAFT_IDS,
-    assert_follows_law,
-    generate,
-    make_engine,
-    toy_checkpoint,
-    toy_target,
-    trained_toy_checkpoint,
-)
 from safetensors.torch import load_file, save_file
 
-from specdec_cli.config.schema import MtpMethodConfig, NoneMethodConfig
+from specdec_cli.config.schema import MtpMethodConfig
 from specdec_cli.drafters import build_drafter, learned
 from specdec_cli.drafters.base import DrafterDeps, DraftRequest
-from specdec_cli.drafters.learned import FeatureDrafter
+from specdec_cli.drafters.feature_head import FeatureDrafter
 from specdec_cli.drafters.mtp import load_mtp
-from specdec_cli.engine.request import SamplingParams
 from specdec_cli.errors import ConfigError
 from specdec_cli.models.rope import RotaryTables
-from specdec_cli.testing import exact_sequence_law
 from specdec_cli.train.unroll import unroll_head
+from toys import CONTEXT, DRAFT_IDS, batch_params, toy_checkpoint
 
-CONTEXT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]
 MODULE = {"enorm.weight", "hnorm.weight", "eh_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
           "shared_head.norm.weight", *(f"self_attn.{p}_proj.weight" for p in "qkvo"),
           *(f"mlp.{p}_proj.weight" for p in ("gate", "up", "down"))}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return toy_target()
 
 
 @pytest.fixture(scope="module")
 def checkpoint(target, tmp_path_factory) -> Path:
     """A reduced-vocabulary module (d2t rows of the shared head)."""
     return Path(toy_checkpoint("mtp", target, tmp_path_factory.mktemp("mtp")))
-
-
-@pytest.fixture(scope="module")
-def trained(target, tmp_path_factory) -> str:
-    return trained_toy_checkpoint("mtp", target, tmp_path_factory.mktemp("trained"))
-
-
-def request(tokens: list[int], seed: int = 0) -> DraftRequest:
-    return DraftRequest(slot=0, token_ids=list(tokens), temperature=1.0, top_k=0, top_p=1.0,
-                        generator=torch.Generator().manual_seed(seed))
 
 
 def test_checkpoint_uses_deepseek_names_and_round_trips(target, checkpoint: Path) -> None:
@@ -123,7 +89,7 @@ def test_training_unroll_matches_the_drafting_chain(target, checkpoint: Path) ->
     head = load_mtp(checkpoint, target)
     drafter = FeatureDrafter(head, target, num_slots=1, max_seq_len=64, policy="sample")
     drafter.add_request(0, CONTEXT)
-    proposal = drafter.propose([request(CONTEXT)], k=3)
+    proposal = drafter.propose([DraftRequest(slot=0, token_ids=list(CONTEXT))], 3, batch_params(1))
     sequence = torch.tensor(CONTEXT + proposal.tokens[0].tolist())
     with torch.inference_mode():
         final = target(target.new_cache(1, 32), [0], sequence[: len(CONTEXT) - 1], final_hidden=True).final_hidden
@@ -133,27 +99,3 @@ def test_training_unroll_matches_the_drafting_chain(target, checkpoint: Path) ->
         expected = F.softmax(head.logits(step_out[0, len(CONTEXT) - 2]), -1)
         assert torch.allclose(proposal.draft_probs[0, step], expected, atol=1e-5), step
     assert set(proposal.tokens[0].tolist()) <= set(DRAFT_IDS.tolist())  # target ids of the draft vocabulary
-
-
-PROMPTS = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9, 9, 3], [4, 3, 2, 1, 0, 4, 3, 2, 1, 0, 4, 3]]
-
-
-@pytest.mark.parametrize("policy", ["sample", "argmax"])
-def test_greedy_speculative_equals_autoregressive(target, trained: str, policy: str) -> None:
-    greedy = [SamplingParams(temperature=0.0)] * len(PROMPTS)
-    baseline = generate(make_engine(target, NoneMethodConfig(), batch=2), PROMPTS, greedy, 30)
-    engine = make_engine(target, MtpMethodConfig(checkpoint=trained, num_draft_tokens=3, draft_policy=policy), batch=3)
-    assert generate(engine, PROMPTS, greedy, 30) == baseline
-    assert engine.stats.accepted_drafts > 0 and engine.stats.guard_fallbacks == 0 and engine.drafter.recomputed == 0
-
-
-@pytest.mark.parametrize("sampler", [dict(temperature=1.0), dict(temperature=1.0, top_k=4),
-                                     dict(temperature=0.8, top_p=0.7)])
-def test_sampled_output_follows_the_target_law(target, trained: str, sampler: dict) -> None:
-    prompt, num = [3, 1, 4, 1, 5], 3000
-    law = exact_sequence_law(target, prompt, 3, **sampler)
-    engine = make_engine(target, MtpMethodConfig(checkpoint=trained, num_draft_tokens=2), batch=64)
-    samples = torch.tensor(generate(engine, [prompt] * num, [SamplingParams(seed=i, **sampler) for i in range(num)], 3))
-    assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
-    assert engine.stats.guard_fallbacks == 0
-    assert_follows_law(samples, law)

@@ -7,10 +7,11 @@ from specdec_cli.config.schema import NgramMethodConfig, SuffixMethodConfig
 from specdec_cli.drafters.base import DraftRequest
 from specdec_cli.drafters.ngram import NgramDrafter, find_ngram_continuation
 from specdec_cli.drafters.suffix import SuffixAutomaton, SuffixDrafter
+from toys import batch_params
 
 
 def _request(tokens: list[int], slot: int = 0) -> DraftRequest:
-    return DraftRequest(slot=slot, token_ids=tokens, temperature=0.0, top_k=0, top_p=1.0, generator=None)
+    return DraftRequest(slot=slot, token_ids=tokens)
 
 
 def test_ngram_longest_match_earliest_occurrence() -> None:
@@ -29,7 +30,8 @@ def test_ngram_no_match_and_min_n() -> None:
 
 def test_ngram_drafter_pads_and_counts() -> None:
     drafter = NgramDrafter(NgramMethodConfig(min_n=2, max_n=3), vocab_size=50)
-    proposal = drafter.propose([_request([1, 2, 3, 1, 2]), _request([4, 5, 6], slot=1)], k=4)
+    requests = [_request([1, 2, 3, 1, 2]), _request([4, 5, 6], slot=1)]
+    proposal = drafter.propose(requests, k=4, params=batch_params(2, 0.0))
     assert proposal.num_drafts == [3, 0]
     assert proposal.tokens[0, :3].tolist() == [3, 1, 2]
     assert proposal.draft_probs is None  # one-hot q
@@ -60,10 +62,11 @@ def test_suffix_automaton_matches_brute_force() -> None:
 def test_suffix_drafter_local_and_global_pool() -> None:
     drafter = SuffixDrafter(SuffixMethodConfig(use_global_pool=True, min_match_len=2), vocab_size=50)
     drafter.add_request(0, [])
-    assert drafter.propose([_request([7, 8, 9, 7, 8])], k=2).tokens[0].tolist() == [9, 7]
+    proposal = drafter.propose([_request([7, 8, 9, 7, 8])], k=2, params=batch_params(1, 0.0))
+    assert proposal.tokens[0].tolist() == [9, 7]
     drafter.remove_request(0, [10, 11, 12, 13, 14])
     drafter.add_request(1, [])
-    proposal = drafter.propose([_request([1, 10, 11, 12], slot=1)], k=4)
+    proposal = drafter.propose([_request([1, 10, 11, 12], slot=1)], k=4, params=batch_params(1, 0.0))
     # the pool's copy of the finished request continues with 13, 14 and stops at its end
     assert proposal.num_drafts == [2]
     assert proposal.tokens[0, :2].tolist() == [13, 14]

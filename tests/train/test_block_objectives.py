@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from specdec_cli.drafters.base import DraftRequest
-from specdec_cli.drafters.dflash import DFlashDrafter, save_dflash
+from specdec_cli.sampling.params import BatchParams
+from specdec_cli.drafters.dflash import save_dflash
+from specdec_cli.drafters.dflash_drafter import DFlashDrafter
 from specdec_cli.drafters.pard import save_pard
 from specdec_cli.models import ModelArch, Transformer
 from specdec_cli.testing import toy_model
@@ -149,11 +151,10 @@ def test_dflash_training_view_equals_inference(target) -> None:
         probs = torch.softmax(draft.logits(draft(features, batch.block_ids, batch.positions, batch.attention)), -1)
     drafter = DFlashDrafter(make(), target, num_slots=3, max_seq_len=32, policy="sample")
     anchors = batch.anchors[0].tolist()
-    requests = [DraftRequest(slot=i, token_ids=tokens[0, : a + 1].tolist(), temperature=1.0, top_k=0, top_p=1.0,
-                             generator=None) for i, a in enumerate(anchors)]
+    requests = [DraftRequest(slot=i, token_ids=tokens[0, : a + 1].tolist()) for i, a in enumerate(anchors)]
     for slot in range(3):
         drafter.add_request(slot, [])
-    proposal = drafter.propose(requests, 4)
+    proposal = drafter.propose(requests, 4, BatchParams.from_values([1.0] * 3, [0] * 3, [1.0] * 3, [None] * 3))
     assert torch.allclose(proposal.draft_probs, probs[0].view(3, 5, -1)[:, 1:], atol=1e-5)
 
 

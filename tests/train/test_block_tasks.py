@@ -13,7 +13,9 @@ from rich.console import Console
 
 from specdec_cli.config.schema import DflashMethodConfig, Eagle3MethodConfig, ModelConfig, PardMethodConfig, TrainConfig
 from specdec_cli.drafters.base import DraftRequest
-from specdec_cli.drafters.dflash import DFlashDrafter, load_dflash, save_dflash
+from specdec_cli.sampling.params import BatchParams
+from specdec_cli.drafters.dflash import load_dflash, save_dflash
+from specdec_cli.drafters.dflash_drafter import DFlashDrafter
 from specdec_cli.drafters.pard import PardDrafter, load_pard
 from specdec_cli.testing import toy_model
 from specdec_cli.train.block_tasks import DflashTask, PardTask, default_mask_token_id
@@ -161,9 +163,8 @@ def test_matches_equal_the_inference_drafters_anchor_by_anchor(target, sequences
     for row in range(rows):
         for anchor in range(int(batch.lengths[row]) - 1):
             drafter.add_request(0, [])
-            request = DraftRequest(slot=0, token_ids=batch.tokens[row, : anchor + 1].tolist(), temperature=0.0,
-                                   top_k=0, top_p=1.0, generator=None)
-            drafts = drafter.propose([request], k).tokens[0]
+            request = DraftRequest(slot=0, token_ids=batch.tokens[row, : anchor + 1].tolist())
+            drafts = drafter.propose([request], k, BatchParams.from_values([0.0], [0], [1.0], [None])).tokens[0]
             drafter.remove_request(0, [])
             for step in range(k):
                 if not valid[row, anchor, step]:
