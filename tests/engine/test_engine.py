@@ -1,4 +1,5 @@
-"""The engine end to end on toy models: losslessness, batching, placeholders, the guard."""
+"""The engine end to end on toy models: losslessness, batching, placeholders, the guard, the acceptance
+decision, the proposal buffer, the time breakdown and latency metrics."""
 from __future__ import annotations
 
 import pytest
@@ -12,10 +13,14 @@ from specdec_cli.config.schema import (
     SuffixMethodConfig,
 )
 from specdec_cli.drafters import build_drafter
-from specdec_cli.drafters.base import DrafterDeps
+from specdec_cli.drafters.base import DrafterDeps, Proposal
 from specdec_cli.drafters.draft_target import ModelDrafter
 from specdec_cli.engine.engine import EngineOptions, SpecEngine, draft_len_for
+from specdec_cli.engine.metrics import distribution
+from specdec_cli.engine.proposals import PLACEHOLDER_DRAFT_ID, ProposalBuffer
 from specdec_cli.engine.request import Request, SamplingParams
+from specdec_cli.engine.rules import AcceptanceOptions, acceptance_rule
+from specdec_cli.sampling import BatchParams
 from specdec_cli.run.drive import run_requests
 from specdec_cli.testing import exact_sequence_law, toy_model
 from specdec_cli.verify.stats import fit
@@ -156,6 +161,154 @@ def test_relaxed_acceptance_accepts_near_top_drafts(target) -> None:
     generate(relaxed, PROMPTS, GREEDY, 20)
     assert relaxed.stats.accepted_drafts == relaxed.stats.proposed_drafts
     assert strict.stats.accepted_drafts < strict.stats.proposed_drafts
+
+
+def test_dynamic_draft_length_at_temperature_keeps_greedy_rows_exact(target) -> None:
+    """K goes 3 -> 0 -> 3 in a mixed batch (greedy and seeded T > 0 rows): every request finishes, nothing
+    falls back, and the greedy rows equal autoregressive greedy decoding token for token."""
+    engine = make_engine(target, METHODS["self_spec"], batch=4, schedule={2: 3})
+    sampled = SamplingParams(temperature=1.0, top_k=6, seed=11)
+    params = [GREEDY, sampled, GREEDY, SamplingParams(temperature=0.7, seed=5)]
+    requests = [Request(id=str(i), prompt_token_ids=p, params=par, max_new_tokens=n)
+                for i, (p, par, n) in enumerate(zip(PROMPTS, params, [40, 8, 10, 12]))]
+    engine.add_request(requests[0])
+    engine.add_request(requests[1])
+    for _ in range(5):
+        engine.step()
+    before = engine.stats.proposed_drafts
+    for request in requests[2:]:
+        engine.add_request(request)
+    while engine.has_work():
+        engine.step()
+    assert before > 0 and engine.stats.proposed_drafts > before and engine.stats.guard_fallbacks == 0
+    assert all(len(r.output_token_ids) == r.max_new_tokens for r in requests)
+    for request in (requests[0], requests[2]):
+        assert generate(make_engine(target, NoneMethodConfig()), [request.prompt_token_ids], GREEDY,
+                        request.max_new_tokens)[0] == request.output_token_ids
+
+
+def test_all_greedy_batches_never_run_rejection(target, monkeypatch) -> None:
+    import specdec_cli.engine.rules as rules
+
+    calls = []
+    real = rules.rejection_sample_with
+    monkeypatch.setattr(rules, "rejection_sample_with", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    engine = make_engine(target, METHODS["self_spec"], rejection=True)
+    mixed = [GREEDY, SamplingParams(temperature=1.0, seed=1), GREEDY, GREEDY]
+    generate(engine, PROMPTS, mixed, 12)
+    assert calls  # a batch with a sampled row runs rejection
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("rejection sampling ran on an all-greedy batch")
+
+    monkeypatch.setattr(rules, "rejection_sample_with", forbidden)
+    engine = make_engine(target, METHODS["self_spec"], rejection=True)
+    generate(engine, PROMPTS, GREEDY, 20)
+    assert engine.stats.accepted_drafts > 0
+
+
+def _params(*temperatures: float) -> BatchParams:
+    return BatchParams.from_values(temperatures, [0] * len(temperatures), [1.0] * len(temperatures),
+                                   [None] * len(temperatures))
+
+
+@pytest.mark.parametrize("temperatures,k,options,proposal_ok,rule", [
+    ((0.0, 0.0), 3, AcceptanceOptions(rejection=True), True, "argmax"),
+    ((0.0, 0.0), 0, AcceptanceOptions(rejection=True), True, "argmax"),
+    ((0.0, 1.0), 3, AcceptanceOptions(rejection=True), True, "rejection"),
+    ((1.0,), 3, AcceptanceOptions(rejection=True), False, "strict"),  # fail closed
+    ((1.0,), 0, AcceptanceOptions(rejection=True), True, "strict"),  # nothing drafted: no rejection
+    ((1.0,), 3, AcceptanceOptions(rejection=False), True, "strict"),
+    ((0.0,), 3, AcceptanceOptions(rejection=False, relaxed=(4, 0.5)), True, "relaxed"),
+    ((1.0,), 3, AcceptanceOptions(rejection=False, relaxed=(4, 0.5)), True, "relaxed"),
+    ((1.0,), 0, AcceptanceOptions(rejection=False, relaxed=(4, 0.5)), True, "strict"),
+    ((0.0,), 0, AcceptanceOptions(rejection=False, relaxed=(4, 0.5)), True, "argmax"),
+])
+def test_acceptance_rule_decision_table(temperatures, k, options, proposal_ok, rule) -> None:
+    assert acceptance_rule(_params(*temperatures), k, options, proposal_ok=proposal_ok).name == rule
+
+
+def test_argmax_rule_emits_the_target_argmax_prefix() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 4, VOCAB, generator=gen)
+    drafts = logits[:, :3].argmax(-1)
+    drafts[1, 1] = (drafts[1, 1] + 1) % VOCAB
+    tokens, emitted = acceptance_rule(_params(0, 0, 0), 3, AcceptanceOptions()).accept(logits, drafts, None,
+                                                                                      _params(0, 0, 0))
+    assert torch.equal(emitted, torch.tensor([4, 2, 4]))
+    assert torch.equal(tokens[0], logits[0].argmax(-1)) and torch.equal(tokens[1, 2:], torch.tensor([-1, -1]))
+
+
+def test_proposal_buffer_write_placeholder_read_and_check() -> None:
+    buffer = ProposalBuffer(num_slots=2, max_draft_len=3, vocab_size=VOCAB, store_probs=True)
+    q = torch.rand(3, VOCAB).softmax(-1)
+    buffer.write(1, torch.tensor([5, 6, 7]), q, num=2)
+    tokens, probs, ok = buffer.read([1], 2)  # runtime k below the maximum
+    assert torch.equal(tokens, torch.tensor([[5, 6]])) and torch.equal(probs, q[None, :2]) and ok
+    assert buffer.read([1, 0], 1)[0].shape == (2, 1) and buffer.check(1) is None
+    buffer.write(0, torch.tensor([3, 4, 9]), None, num=3)  # deterministic draft: one-hot q at the tokens
+    assert torch.equal(buffer.read([0], 3)[1][0], torch.eye(VOCAB)[[3, 4, 9]])
+    buffer.write_placeholder(1)
+    assert buffer.num_drafts[1] == 0 and buffer.check(1) is None
+    assert torch.equal(buffer.draft_probs[1], torch.eye(VOCAB)[[PLACEHOLDER_DRAFT_ID] * 3])
+    buffer.draft_probs[0, 0, 3] = 0.0
+    assert buffer.read([0], 3)[2] is False  # q(d) = 0: fail closed
+    buffer.num_drafts[0] = 4
+    assert "at most 3" in buffer.check(0)
+    buffer.draft_tokens[0, 0], buffer.num_drafts[0] = VOCAB, 1
+    assert "outside the target vocabulary" in buffer.check(0)
+
+
+def test_proposal_buffer_applies_d2t_once_when_written() -> None:
+    """A reduced draft vocabulary (Vd = 4): q is stored in target ids; a one-hot proposal under d2t is refused."""
+    d2t = torch.tensor([2, 5, 9, 11])  # draft id i -> target id i + d2t[i]: 2, 6, 11, 14
+    buffer = ProposalBuffer(num_slots=2, max_draft_len=2, vocab_size=VOCAB, store_probs=True)
+    draft_q = torch.tensor([[[0.1, 0.2, 0.3, 0.4], [0.0, 0.0, 1.0, 0.0]]])
+    buffer.write_proposal([1], Proposal(tokens=torch.tensor([[14, 11]]), draft_probs=draft_q, num_drafts=[2]), d2t)
+    tokens, probs, ok = buffer.read([1], 2)
+    assert ok and torch.equal(tokens, torch.tensor([[14, 11]]))
+    assert torch.equal(probs[0, 0, [2, 6, 11, 14]], draft_q[0, 0]) and float(probs[0, 0].sum()) == pytest.approx(1)
+    assert float(probs[0, 1, 11]) == 1.0
+    with pytest.raises(ValueError, match="reduced vocabulary"):
+        buffer.write_proposal([0], Proposal(tokens=torch.tensor([[14, 11]]), draft_probs=None, num_drafts=[2]), d2t)
+
+
+def test_time_breakdown_sums_to_the_wall_time(target) -> None:
+    engine = make_engine(target, METHODS["self_spec"])
+    generate(engine, PROMPTS, SamplingParams(temperature=1.0, seed=3), 16)
+    breakdown = engine.stats.summary()["time_breakdown_s"]
+    assert set(breakdown) == {"target_forward", "draft", "accept", "other"}
+    assert all(value >= 0 for value in breakdown.values()) and breakdown["target_forward"] > 0
+    total = sum(breakdown.values())
+    assert total == pytest.approx(engine.stats.step_s)
+    assert 0.9 * engine.stats.wall_s <= total <= engine.stats.wall_s
+
+
+def test_latency_metrics_and_per_request_acceptance(target) -> None:
+    engine = make_engine(target, METHODS["self_spec"], batch=2)
+    requests = [Request(id=str(i), prompt_token_ids=p, params=GREEDY, max_new_tokens=10) for i, p in enumerate(PROMPTS)]
+    run_requests(engine, requests)
+    summary = engine.stats.summary()
+    for key in ("ttft_s", "tpot_s", "itl_s"):
+        assert set(summary[key]) == {"mean", "p50", "p95", "p99"}
+        assert 0 < summary[key]["p50"] <= summary[key]["p95"] <= summary[key]["p99"]
+    assert len(engine.stats.latency.ttft_s) == len(engine.stats.latency.tpot_s) == len(requests)
+    assert len(engine.stats.latency.itl_s) == sum(len(r.output_token_ids) - 1 for r in requests)
+    # requests 2 and 3 waited for a free slot: their first token came later
+    assert min(r.ttft_s for r in requests[2:]) > max(r.ttft_s for r in requests[:2])
+    assert sum(r.emitted_tokens for r in requests) == engine.stats.emitted_tokens
+    for request in requests:
+        assert request.acceptance_length == request.emitted_tokens / request.steps >= 1.0
+
+
+def test_latency_definitions_on_a_hand_made_request() -> None:
+    request = Request(id="0", prompt_token_ids=[1], params=GREEDY, max_new_tokens=4, arrival_s=0.5, finish_s=2.0)
+    request.chunks = [(1.0, 1), (1.4, 3), (2.0, 6)]  # the last chunk was cut to 1 token by a stop
+    request.output_token_ids = [7, 7, 7, 7]
+    assert request.ttft_s == 0.5 and request.tpot_s == pytest.approx(1.0 / 3)
+    assert request.itl_s == pytest.approx([0.2, 0.2, 0.6])
+    assert distribution([]) == {"mean": 0.0, "p50": 0.0, "p95": 0.0, "p99": 0.0}
+    assert distribution([4.0, 1.0, 3.0, 2.0]) == pytest.approx({"mean": 2.5, "p50": 2.5, "p95": 3.85, "p99": 3.97})
 
 
 # ---------------------------------------------------------------- distribution tests
