@@ -1,7 +1,8 @@
 """``specdec train``: a real Hydra application that self-distils a drafter for a target.
 
-The config root is ``conf/train.yaml`` (``TrainConfig``): the same ``method`` and ``model`` groups as
-``specdec run`` plus the training fields. Its run directory defaults to
+The config root is ``conf/train.yaml``: the same ``method`` and ``model`` groups as ``specdec run`` plus
+the training fields, flat: ``TrainConfig``'s and every method's own (``config/train_root.py``); the job
+gets the chosen method's train schema. Its run directory defaults to
 ``outputs/train/<model>/<method>``, so rerunning a command resumes it. Errors are printed as in
 ``specdec run``: one ``error:`` line per problem, exit 2 for configuration/input problems.
 """
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import hydra
 import typer
-from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
@@ -21,7 +21,8 @@ from specdec_cli.cli.output import console
 from specdec_cli.cli.run import JobFailed, _hydra_process, guarded_job
 from specdec_cli.config.compose import _unknown_keys, conf_dir
 from specdec_cli.config.schema import TrainConfig
-from specdec_cli.config.store import register_configs
+from specdec_cli.config.store import register_train_configs
+from specdec_cli.config.train_root import narrow
 from specdec_cli.errors import ConfigError
 
 
@@ -36,8 +37,9 @@ def train(ctx: typer.Context) -> None:
     specdec train method=dflash dflash_layers=2
     specdec train --cfg job                  (print the composed config)
     """
-    register_configs()
-    ConfigStore.instance().store(name="base_train_config", node=TrainConfig)
+    from specdec_cli.train.methods import train_schemas  # torch loads only for `specdec train`
+
+    register_train_configs(train_schemas())
     failures: list[int] = []
 
     def job(config: DictConfig) -> dict | None:
@@ -51,16 +53,19 @@ def train(ctx: typer.Context) -> None:
 
 
 def to_train_config(config: DictConfig) -> TrainConfig:
-    """The typed config; missing values, unknown keys and violated rules are errors, all at once."""
+    """The chosen method's typed train schema; missing values, unknown keys, fields of other methods and
+    violated rules are errors, all at once."""
+    from specdec_cli.train.methods import train_schemas
     from specdec_cli.train.pipeline import check_train_config
 
     problems = [f"{key} is required: set {key}=..." for key in sorted(OmegaConf.missing_keys(config))]
     problems += _unknown_keys(config, "")
     if problems:
         raise ConfigError(problems)
-    cfg = OmegaConf.to_object(config)
-    assert isinstance(cfg, TrainConfig)
-    problems = check_train_config(cfg)
+    flat = OmegaConf.to_object(config)
+    assert isinstance(flat, TrainConfig)
+    cfg, problems = narrow(flat, train_schemas())
+    problems += check_train_config(cfg)
     if problems:
         raise ConfigError(problems)
     return cfg

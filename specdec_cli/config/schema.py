@@ -193,13 +193,10 @@ class TrainCorpusConfig:
 
 @dataclass
 class TrainConfig:
-    """``specdec train``: self-distil a drafter (eagle3 | mtp | draft_target | pard | dflash) for a target model.
+    """``specdec train``: self-distil a drafter for a target model; the fields every method reads.
 
-    Method-specific fields are prefixed by what reads them; the others are ignored. pard: a
-    ``pard_layers`` x ``pard_hidden_size`` causal LM (embedding from the target's), drafting
-    method.num_draft_tokens tokens per forward. dflash: ``dflash_layers`` layers at the target's width,
-    blocks of method.num_draft_tokens + 1 tokens, reading method.target_layers (None: the shared feature
-    layers, EAGLE-3's defaults, so one feature cache serves eagle3, mtp, draft_target, pard and dflash)."""
+    Each trainable method extends it with its own fields (its train schema, next to its trainer in
+    ``specdec_cli/train/methods/``); ``specdec train`` accepts every method's fields as flat overrides."""
 
     method: MethodConfig = MISSING  # what to train; method.num_draft_tokens is the evaluated chain length
     model: ModelConfig = MISSING  # the target
@@ -212,22 +209,6 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    ttt_steps: int = 3  # eagle3/mtp: chain steps unrolled per example (training-time test; 1: none)
-    step_weight: float = 0.8  # eagle3/mtp: loss weight of unrolled step j is step_weight ** j
-    draft_vocab_size: int = 8192  # eagle3/mtp: most frequent response tokens (d2t); <= 0: the target's vocabulary
-    draft_layers: int = 2  # draft_target: layers, initialised from the target's first layers
-    pard_layers: int = 4  # pard: draft layers (random init)
-    pard_hidden_size: int = 128  # pard: draft width, a multiple of the target's head dim, <= its hidden size
-    pard_keep_ratio: float = 0.7  # pard: conditional drop-token r, mask depth g keeps max(r^g, 0.2) (1: no drop)
-    dflash_layers: int = 2  # dflash: draft layers (random init, the target's width, embedding and LM head)
-    dflash_anchors: int = 16  # dflash: blocks (random response anchors) per sequence and step
-    # pard/dflash: the mask token id; None: pard's method.mask_token_id, else the first vocabulary row past
-    # the tokenizer, its mask token, or its highest unused special token (SmolLM2: 16, <empty_output>)
-    mask_token_id: Optional[int] = None
-    # pard/dflash: start from this checkpoint instead of random weights (a resumed run ignores it). pard: a
-    # causal-LM directory with the target's tokenizer (PARD adapts an existing small LM; e.g. the shipped
-    # draft_target draft, whose embedding stays the target's, frozen); dflash: a DFlash directory
-    init_from: Optional[str] = None
     eval_every: int = 100  # steps between held-out evaluations; <= 0: only at the end
     eval_sequences: int = 32  # held-out sequences evaluated
     checkpoint_every: int = 100  # steps between checkpoints (resume state + loadable artifact)

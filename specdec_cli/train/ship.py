@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import torch
 
+from specdec_cli.config.methods import TABLE, trainable_methods
 from specdec_cli.drafters.learned import ASSETS, SHIPPED_TARGET, WEIGHTS_FILE, save_checkpoint
 from specdec_cli.models import Transformer, load_model
 from specdec_cli.models.loading import SHARED_WITH_TARGET
@@ -27,7 +28,7 @@ MAX_BYTES = 20 * 1024 * 1024
 #: tensors of a draft model that may be copies of the target's (frozen in training), shipped by reference
 TARGET_COPIES = ("model.embed_tokens.weight", "lm_head.weight")
 #: methods whose draft is a whole causal LM (the others read the target's embedding at load time anyway)
-DRAFT_MODELS = ("draft_target", "pard")
+DRAFT_MODELS = tuple(name for name, spec in TABLE.items() if spec.draft_model)
 
 
 def shippable(config: dict[str, Any], tensors: dict[str, torch.Tensor], target: Optional[Transformer]
@@ -91,7 +92,7 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("method", choices=("eagle3", "mtp", "draft_target", "pard", "dflash"))
+    parser.add_argument("method", choices=trainable_methods())
     parser.add_argument("run_dir", type=Path, help="the out_dir of `specdec train`")
     parser.add_argument("--command", required=True, help="the `specdec train ...` command that produced run_dir")
     parser.add_argument("--measured", type=Path, help="a JSON file of benchmark numbers for the manifest")

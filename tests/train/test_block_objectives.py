@@ -35,6 +35,20 @@ def corpus(num: int, length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Te
     return tokens, lengths, torch.randint(1, length // 3, (num,), generator=generator)
 
 
+def fit(module: torch.nn.Module, objective, steps: int = 12) -> tuple[list[float], list[float]]:
+    """Adam (lr 1e-2) on ``objective() -> (loss, per-position losses)``: (every step's loss, the last
+    step's per-position losses)."""
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(steps):
+        loss, per_position = objective()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses, per_position
+
+
 @torch.inference_mode()
 def target_outputs(target, tokens: torch.Tensor, lengths: torch.Tensor, layers=()) -> tuple[torch.Tensor, torch.Tensor]:
     """(features [R, L, n*H] of ``layers``, final hidden [R, L, H]), zero padded."""
@@ -104,14 +118,7 @@ def test_pard_loss_decreases(target) -> None:
     _, final = target_outputs(target, tokens, lengths)
     batch = build_pard_batch(tokens, lengths, prompts, depth=3, mask_token_id=MASK,
                              generator=torch.Generator().manual_seed(0))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(12):
-        loss, per_depth = pard_loss(model, batch, final, target.lm_head.weight)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
+    losses, per_depth = fit(model, lambda: pard_loss(model, batch, final, target.lm_head.weight))
     assert len(per_depth) == 3 and all(math.isfinite(x) for x in per_depth)
     assert losses[-1] < 0.8 * losses[0], losses
 
@@ -164,14 +171,7 @@ def test_dflash_loss_decreases(target) -> None:
     features, final = target_outputs(target, tokens, lengths, layers=(0, 1))
     batch = build_dflash_batch(tokens, lengths, prompts, block_size=4, num_anchors=6, mask_token_id=MASK,
                                generator=torch.Generator().manual_seed(0))
-    optimizer = torch.optim.Adam(draft.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(12):
-        loss, per_position = dflash_loss(draft, batch, features, final, target.lm_head.weight)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
+    losses, per_position = fit(draft, lambda: dflash_loss(draft, batch, features, final, target.lm_head.weight))
     assert len(per_position) == 3 and all(math.isfinite(x) for x in per_position)
     assert losses[-1] < 0.8 * losses[0], losses
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from rich.console import Console
 
-from specdec_cli.config.schema import DflashMethodConfig, Eagle3MethodConfig, ModelConfig, PardMethodConfig, TrainConfig
+from specdec_cli.config.schema import DflashMethodConfig, Eagle3MethodConfig, ModelConfig, PardMethodConfig
+from specdec_cli.config.train_root import narrow, train_root_schema
 from specdec_cli.drafters.base import DraftRequest
 from specdec_cli.sampling.params import BatchParams
 from specdec_cli.drafters.dflash import load_dflash, save_dflash
@@ -24,7 +25,11 @@ from specdec_cli.train.features import FeatureExtractor, OnlineFeatures, Sequenc
 from specdec_cli.train.pard_objective import build_pard_batch, init_pard_from_target, pard_hidden
 from specdec_cli.train import ship as ship_module
 from specdec_cli.train.heads import new_draft_model, save_draft_model
-from specdec_cli.train.pipeline import build_block_task, check_train_config
+from specdec_cli.train.methods import TRAINERS, TaskInputs, train_schemas
+from specdec_cli.train.methods.dflash import DflashTrainConfig
+from specdec_cli.train.methods.heads import HeadTrainConfig
+from specdec_cli.train.methods.pard import PardTrainConfig
+from specdec_cli.train.pipeline import check_train_config
 from specdec_cli.train.tasks import Batch, Task, teacher_argmax
 from specdec_cli.train.trainer import Trainer, TrainOptions
 
@@ -121,28 +126,10 @@ def test_training_lowers_the_loss_and_the_artifact_loads(target, sequences, tmp_
 
 
 @pytest.mark.parametrize("method", ["pard", "dflash"])
-def test_resume_continues_from_the_saved_step(target, sequences, tmp_path: Path, method: str) -> None:
-    """A run killed after its step-4 checkpoint, rerun, ends where an uninterrupted run does (the random
-    drop / anchors of a batch depend on its tokens only)."""
-    crashing = make_trainer(make_task(method, target), target, sequences, tmp_path, steps=8)
-    fetch = crashing.batch
-
-    def batch_or_crash(indices):
-        if crashing.step == 6:
-            raise KeyboardInterrupt
-        return fetch(indices)
-
-    crashing.batch = batch_or_crash
-    with pytest.raises(KeyboardInterrupt):
-        crashing.run()
-    assert torch.load(tmp_path / "state.pt", weights_only=True)["step"] == 4
-    resumed = make_trainer(make_task(method, target), target, sequences, tmp_path, steps=8)
-    resumed.run()
-    straight = make_trainer(make_task(method, target), target, sequences, tmp_path / "straight", steps=8)
-    straight.run()
-    assert resumed.step == 8 and losses(tmp_path)[-1] == pytest.approx(losses(tmp_path / "straight")[-1], rel=1e-5)
-    for name, tensor in straight.task.module.state_dict().items():
-        assert torch.allclose(tensor, resumed.task.module.state_dict()[name], atol=1e-6), name
+def test_resume_continues_from_the_saved_step(target, sequences, check_resume, method: str) -> None:
+    """The random drop / anchors of a batch depend on its tokens only, so a resumed run sees the same batches."""
+    check_resume(lambda out: make_trainer(make_task(method, target), target, sequences, out, steps=8),
+                 crash_at=6, saved=4)
 
 
 @pytest.mark.parametrize("method,k", [("pard", 3), ("dflash", 2), ("dflash", 4)])
@@ -189,13 +176,13 @@ def test_a_draft_that_copies_the_target_matches_everywhere(target, sequences) ->
     assert bool(valid.any()) and bool(match[valid].all())
 
 
-def test_check_train_config_accepts_the_block_methods() -> None:
-    for method in (PardMethodConfig(), DflashMethodConfig()):
-        assert check_train_config(TrainConfig(method=method, model=ModelConfig())) == []
-    bad = TrainConfig(method=PardMethodConfig(), model=ModelConfig(), pard_keep_ratio=0.0, dflash_anchors=0,
-                      mask_token_id=-1)
-    assert check_train_config(bad) == ["dflash_anchors=0 must be >= 1", "pard_keep_ratio=0.0 must be in (0, 1]",
-                                       "mask_token_id=-1 must be >= 0"]
+def test_block_methods_check_their_own_fields() -> None:
+    assert check_train_config(PardTrainConfig(method=PardMethodConfig(), model=ModelConfig())) == []
+    assert check_train_config(DflashTrainConfig(method=DflashMethodConfig(), model=ModelConfig())) == []
+    bad = PardTrainConfig(method=PardMethodConfig(), model=ModelConfig(), pard_keep_ratio=0.0, mask_token_id=-1)
+    assert check_train_config(bad) == ["pard_keep_ratio=0.0 must be in (0, 1]", "mask_token_id=-1 must be >= 0"]
+    bad = DflashTrainConfig(method=DflashMethodConfig(), model=ModelConfig(), dflash_anchors=0)
+    assert check_train_config(bad) == ["dflash_anchors=0 must be >= 1"]
 
 
 def test_default_mask_token_id() -> None:
@@ -220,8 +207,9 @@ def test_pard_init_from_a_draft_model_keeps_its_weights_freezes_the_shared_embed
     with torch.no_grad():
         start.layers[0].mlp.up_proj.weight.mul_(1.25)
     save_draft_model(start, tmp_path / "start")
-    cfg = TrainConfig(method=PardMethodConfig(num_draft_tokens=3), model=ModelConfig(), init_from=str(tmp_path / "start"))
-    task = build_block_task(cfg, target, None)
+    cfg = PardTrainConfig(method=PardMethodConfig(num_draft_tokens=3), model=ModelConfig(),
+                          init_from=str(tmp_path / "start"))
+    task = TRAINERS.get("pard").build_task(cfg, TaskInputs(target, None, sequences, 20, None))
     assert isinstance(task, PardTask) and (task.mask_token_id, task.depth) == (MASK, 3)
     assert torch.equal(task.model.layers[0].mlp.up_proj.weight, start.layers[0].mlp.up_proj.weight)
     assert not task.model.embed_tokens.weight.requires_grad and task.model.layers[0].mlp.up_proj.weight.requires_grad
@@ -245,20 +233,26 @@ def test_pard_init_from_a_draft_model_keeps_its_weights_freezes_the_shared_embed
     torch.testing.assert_close(loaded.layers[0].mlp.up_proj.weight, task.model.layers[0].mlp.up_proj.weight.half().float())
 
 
-def test_dflash_init_from_a_checkpoint_keeps_its_weights_with_the_trained_block_size(target, tmp_path: Path) -> None:
+def test_dflash_init_from_a_checkpoint_keeps_its_weights_with_the_trained_block_size(target, sequences,
+                                                                                    tmp_path: Path) -> None:
     start = init_dflash(target, (0, 1), mask_token_id=MASK, num_layers=1, block_size=9, seed=3)
     save_dflash(start, tmp_path / "start")
-    cfg = TrainConfig(method=DflashMethodConfig(num_draft_tokens=2), model=ModelConfig(), init_from=str(tmp_path / "start"))
-    task = build_block_task(cfg, target, None)
+    cfg = DflashTrainConfig(method=DflashMethodConfig(num_draft_tokens=2), model=ModelConfig(),
+                            init_from=str(tmp_path / "start"))
+    task = TRAINERS.get("dflash").build_task(cfg, TaskInputs(target, None, sequences, 20, None))
     assert isinstance(task, DflashTask)
     draft = task.draft
     assert (draft.block_size, draft.mask_token_id, draft.target_layers) == (3, MASK, (0, 1))
     assert draft.fc.weight.requires_grad and torch.equal(draft.fc.weight, start.fc.weight)
 
 
-def test_init_from_and_threads_are_checked(tmp_path: Path) -> None:
-    bad = TrainConfig(method=Eagle3MethodConfig(), model=ModelConfig(), init_from=str(tmp_path), threads=-1)
-    assert check_train_config(bad) == ["init_from is read by pard and dflash only, not method=eagle3",
-                                       "threads=-1 must be >= 0 (0: every core)"]
-    missing = TrainConfig(method=PardMethodConfig(), model=ModelConfig(), init_from=str(tmp_path))
+def test_init_from_is_refused_where_it_is_not_read_and_other_methods_fields_are_ignored(tmp_path: Path) -> None:
+    schemas = train_schemas()
+    flat = train_root_schema(schemas)(method=Eagle3MethodConfig(), model=ModelConfig(), init_from=str(tmp_path),
+                                      threads=-1, pard_layers=3)
+    cfg, problems = narrow(flat, schemas)
+    assert type(cfg) is HeadTrainConfig and not hasattr(cfg, "pard_layers")
+    assert problems + check_train_config(cfg) == ["init_from is read by pard and dflash only, not method=eagle3",
+                                                  "threads=-1 must be >= 0 (0: every core)"]
+    missing = PardTrainConfig(method=PardMethodConfig(), model=ModelConfig(), init_from=str(tmp_path))
     assert check_train_config(missing) == [f"init_from={tmp_path}: no config.json there (a checkpoint directory is expected)"]

@@ -60,7 +60,7 @@ def losses(out_dir: Path) -> list[float]:
     return [record["loss"] for record in map(json.loads, lines) if "loss" in record]
 
 
-@pytest.mark.parametrize("method", ["eagle3", "mtp", "draft_target"])
+@pytest.mark.parametrize("method", ["eagle3", "mtp", "draft_target"])  # pard, dflash: test_block_tasks.py
 def test_training_lowers_the_loss_and_checkpoints_round_trip(target, sequences, tmp_path: Path, method: str) -> None:
     task = make_task(method, target)
     summary = make_trainer(task, target, sequences, tmp_path, steps=20).run()
@@ -76,27 +76,9 @@ def test_training_lowers_the_loss_and_checkpoints_round_trip(target, sequences, 
     assert all(torch.equal(tensor, saved[name]) for name, tensor in loaded.state_dict().items())
 
 
-def test_resume_continues_from_the_saved_step(target, sequences, tmp_path: Path) -> None:
-    """A run killed after its step-8 checkpoint, rerun, ends exactly where an uninterrupted run does."""
-    crashing = make_trainer(make_task("eagle3", target), target, sequences, tmp_path, steps=12)
-    fetch = crashing.batch
-
-    def batch_or_crash(indices):
-        if crashing.step == 10:
-            raise KeyboardInterrupt
-        return fetch(indices)
-
-    crashing.batch = batch_or_crash
-    with pytest.raises(KeyboardInterrupt):
-        crashing.run()
-    assert torch.load(tmp_path / "state.pt", weights_only=True)["step"] == 8
-    resumed = make_trainer(make_task("eagle3", target), target, sequences, tmp_path, steps=12)
-    resumed.run()
-    straight = make_trainer(make_task("eagle3", target), target, sequences, tmp_path / "straight", steps=12)
-    straight.run()
-    assert resumed.step == 12 and losses(tmp_path)[-1] == pytest.approx(losses(tmp_path / "straight")[-1], rel=1e-5)
-    for name, tensor in straight.task.module.state_dict().items():
-        assert torch.allclose(tensor, resumed.task.module.state_dict()[name], atol=1e-6), name
+def test_resume_continues_from_the_saved_step(target, sequences, check_resume) -> None:
+    check_resume(lambda out: make_trainer(make_task("eagle3", target), target, sequences, out, steps=12),
+                 crash_at=10, saved=8)
 
 
 def test_learning_rate_warms_up_then_decays() -> None:

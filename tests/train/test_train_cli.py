@@ -9,12 +9,17 @@ import pytest
 import torch
 
 from specdec_cli.cli.main import main
+from specdec_cli.config.methods import TABLE, trainable_methods
+from specdec_cli.config.schema import ModelConfig, TrainConfig
+from specdec_cli.config.train_root import narrow, train_root_schema
 from specdec_cli.drafters.dflash import load_dflash
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.pard import load_pard
 from specdec_cli.testing import toy_model
 from specdec_cli.train import pipeline
 from specdec_cli.train.data import _save_shard
+from specdec_cli.train.methods import TRAINERS, train_schemas
+from specdec_cli.train.pipeline import check_train_config
 
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
 
@@ -29,7 +34,7 @@ def specdec(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["method=ngram"], ["error: method=ngram: specdec train supports eagle3, mtp, draft_target, pard, dflash"]),
+    (["method=ngram"], [f"error: method=ngram: specdec train supports {', '.join(trainable_methods())}"]),
     (["method=pard", "pard_keep_ratio=0"], ["error: pard_keep_ratio=0.0 must be in (0, 1]"]),
     (["method=medusa"], ["error: method=medusa: no such option (choose one of: "]),
     (["stepz=5"], ["error: Could not override 'stepz'"]),
@@ -41,6 +46,15 @@ def test_bad_train_configs_exit_2_with_one_line_each(monkeypatch, capsys, tmp_pa
     assert code == 2
     lines = err.splitlines()
     assert len(lines) == len(expected) and all(line.startswith(e) for line, e in zip(lines, expected)), err
+
+
+@pytest.mark.parametrize("method", trainable_methods())
+def test_every_trainable_method_has_a_trainer_and_its_own_schema(method: str) -> None:
+    schemas = train_schemas()
+    assert set(TRAINERS.names()) == set(schemas) and issubclass(schemas[method], TrainConfig)
+    flat = train_root_schema(schemas)(method=TABLE[method].schema(), model=ModelConfig())
+    cfg, problems = narrow(flat, schemas)
+    assert type(cfg) is schemas[method] and problems == [] and check_train_config(cfg) == []
 
 
 def test_cfg_job_prints_the_composed_train_config(monkeypatch, capsys) -> None:

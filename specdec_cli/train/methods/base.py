@@ -1,0 +1,53 @@
+"""The trainer registry: ``TRAINERS.get(method)`` is a trainable method's train schema, its rules and its task.
+
+    TRAINERS.register("pard")(MethodTrainer(PardTrainConfig, build_pard_task, check_pard))
+
+``specdec train`` composes every registered schema into its flat Hydra root (``config/train_root.py``),
+checks the chosen one with its ``check`` and trains the ``Task`` its ``build_task`` returns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from specdec_cli.config.schema import TrainConfig
+from specdec_cli.models import Transformer, eagle3_default_layers
+from specdec_cli.registry import Registry
+from specdec_cli.train.features import Sequences
+from specdec_cli.train.tasks import Task
+
+
+@dataclass(frozen=True)
+class TaskInputs:
+    """What a trainer builds its drafter from: the target, its tokenizer (None: toy), the corpus
+    (training sequences first, ``num_train`` of them) and a resumed run's draft vocabulary (or None)."""
+
+    target: Transformer
+    tokenizer: Any
+    sequences: Sequences
+    num_train: int
+    vocab_ids: Optional[torch.Tensor]
+
+
+@dataclass(frozen=True)
+class MethodTrainer:
+    """One trainable method: its schema, its own rules (one message each) and its fresh drafter + objective."""
+
+    schema: type[TrainConfig]
+    build_task: Callable[[Any, TaskInputs], Task]  # (a ``schema`` instance, inputs) -> Task
+    check: Callable[[Any], list[str]]  # a ``schema`` instance -> violated rules
+
+
+TRAINERS: Registry[MethodTrainer] = Registry("trainer")
+
+
+def at_least_one(cfg: TrainConfig, names: tuple[str, ...]) -> list[str]:
+    """One message per field of ``names`` below 1."""
+    return [f"{name}={getattr(cfg, name)} must be >= 1" for name in names if getattr(cfg, name) < 1]
+
+
+def shared_layers(target: Transformer) -> tuple[int, ...]:
+    """The target layers every feature cache stores (EAGLE-3's defaults; none for a target under 4 layers)."""
+    return eagle3_default_layers(target.arch.num_layers) if target.arch.num_layers >= 4 else ()

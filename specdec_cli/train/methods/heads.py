@@ -1,0 +1,57 @@
+"""EAGLE-3 and MTP heads: a chain of ``ttt_steps`` unrolled steps over a reduced draft vocabulary (d2t)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec_cli.config.schema import TrainConfig
+from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp
+from specdec_cli.train.methods.base import TRAINERS, MethodTrainer, TaskInputs, at_least_one
+from specdec_cli.train.tasks import HeadTask, Task
+
+
+@dataclass
+class HeadTrainConfig(TrainConfig):
+    """``specdec train method=eagle3 | mtp`` (eagle3 fuses the target layers of ``method.target_layers``)."""
+
+    ttt_steps: int = 3  # chain steps unrolled per example (training-time test; 1: none)
+    step_weight: float = 0.8  # loss weight of unrolled step j is step_weight ** j
+    draft_vocab_size: int = 8192  # most frequent response tokens (d2t); <= 0: the target's vocabulary
+
+
+def check_head(cfg: HeadTrainConfig) -> list[str]:
+    out = at_least_one(cfg, ("ttt_steps",))
+    if not cfg.step_weight > 0:
+        out.append(f"step_weight={cfg.step_weight} must be > 0")
+    return out
+
+
+def draft_vocab_ids(cfg: HeadTrainConfig, inputs: TaskInputs) -> torch.Tensor | None:
+    """A resumed run's vocabulary, else the ``draft_vocab_size`` most frequent ids of the training sequences
+    (None: the target's whole vocabulary)."""
+    vocab = inputs.target.arch.vocab_size
+    if inputs.vocab_ids is not None or not 0 < cfg.draft_vocab_size < vocab:
+        return inputs.vocab_ids
+    responses, prompts = torch.zeros(vocab, dtype=torch.int64), torch.zeros(vocab, dtype=torch.int64)
+    sequences = inputs.sequences
+    for tokens, prompt_len in zip(sequences.tokens[: inputs.num_train], sequences.prompt_lens[: inputs.num_train]):
+        prompts += torch.bincount(tokens[:prompt_len], minlength=vocab)
+        responses += torch.bincount(tokens[prompt_len:], minlength=vocab)
+    return draft_vocabulary(responses, prompts, cfg.draft_vocab_size)
+
+
+def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
+    ids = draft_vocab_ids(cfg, inputs)
+    ids = ids if ids is not None else torch.arange(inputs.target.arch.vocab_size)
+    head = new_eagle3(inputs.target, ids, hidden_layers=getattr(cfg.method, "target_layers", None), seed=cfg.seed)
+    return HeadTask(head, inputs.target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
+
+
+def build_mtp_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
+    head = new_mtp(inputs.target, draft_vocab_ids(cfg, inputs), seed=cfg.seed)
+    return HeadTask(head, inputs.target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
+
+
+TRAINERS.register("eagle3")(MethodTrainer(HeadTrainConfig, build_eagle3_task, check_head))
+TRAINERS.register("mtp")(MethodTrainer(HeadTrainConfig, build_mtp_task, check_head))
