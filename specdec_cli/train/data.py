@@ -1,5 +1,7 @@
 """Stage 1 of self-distillation: the target answers generated prompts; token streams are kept.
 
+Two corpora share the shard format: v1 (this module: the built-in templates) and v2
+(``train/corpus/``: task families, self-written instructions, greedy and T=1 answers).
 Responses are generated with the project's own engine (``method=none``, batched, sampled
 with the chat template) and stored compactly as uint16 ids in shards of
 ``shard_size`` prompts (``shard_00000.npz`` ...), written atomically, so generation resumes
@@ -15,13 +17,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.runner import run_requests
 from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import Transformer
 from specdec_cli.files import atomic_write_json
+from specdec_cli.train.corpus.shards import load_corpus, run_engine, save_shard  # load_corpus: for the pipeline
 from specdec_cli.train.prompts import distill_prompts, is_held_out
+
+_save_shard = save_shard  # the name the training tests import
 
 
 @dataclass(frozen=True)
@@ -33,32 +36,6 @@ class CorpusSpec:
     temperature: float = 0.7
     top_p: float = 0.9
     seed: int = 0
-
-
-def _save_shard(path: Path, prompts: list[list[int]], responses: list[list[int]], held_out: list[bool]) -> None:
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez_compressed(
-        tmp,
-        prompt_ids=np.array([t for p in prompts for t in p], dtype=np.uint16),
-        prompt_lens=np.array([len(p) for p in prompts], dtype=np.int32),
-        response_ids=np.array([t for r in responses for t in r], dtype=np.uint16),
-        response_lens=np.array([len(r) for r in responses], dtype=np.int32),
-        held_out=np.array(held_out, dtype=bool),
-    )
-    tmp.replace(path)
-
-
-def load_corpus(directory: Path, *, held_out: Optional[bool] = None) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, response ids) pairs from every shard; filter by held-out membership."""
-    pairs = []
-    for path in sorted(directory.glob("shard_*.npz")):
-        data = np.load(path)
-        prompts = np.split(data["prompt_ids"].astype(np.int64), np.cumsum(data["prompt_lens"])[:-1])
-        responses = np.split(data["response_ids"].astype(np.int64), np.cumsum(data["response_lens"])[:-1])
-        for prompt, response, flag in zip(prompts, responses, data["held_out"]):
-            if held_out is None or bool(flag) == held_out:
-                pairs.append((prompt.tolist(), response.tolist()))
-    return pairs
 
 
 def generate_corpus(target: Transformer, tokenizer, out_dir: Path, spec: CorpusSpec, *,
@@ -84,11 +61,9 @@ def generate_corpus(target: Transformer, tokenizer, out_dir: Path, spec: CorpusS
                     max_new_tokens=spec.max_new_tokens, eos_token_ids=eos)
             for i, text in enumerate(texts)
         ]
-        max_len = max(len(r.prompt_token_ids) for r in requests) + spec.max_new_tokens
-        engine = SpecEngine(target, None, EngineOptions(max_batch_size=spec.batch_size, max_seq_len=max_len))
         shard_start = time.perf_counter()
-        run_requests(engine, requests)
-        _save_shard(path, [r.prompt_token_ids for r in requests], [r.output_token_ids for r in requests],
+        run_engine(target, requests, spec.batch_size)
+        save_shard(path, [r.prompt_token_ids for r in requests], [r.output_token_ids for r in requests],
                     [is_held_out(t) for t in texts])
         tokens = sum(len(r.output_token_ids) for r in requests)
         written += 1
@@ -112,7 +87,8 @@ def _write_manifest(out_dir: Path) -> None:
 
 
 def main() -> None:
-    """``python -m specdec_cli.train.data --out DIR``: generate (or resume) the corpus for the embedded target."""
+    """``python -m specdec_cli.train.data --out DIR [--corpus v2]``: generate (or resume) a corpus for the
+    embedded target; rerunning the same command continues with the first missing shard."""
     import argparse
 
     import torch
@@ -121,17 +97,33 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--corpus", choices=("v1", "v2"), default="v1",
+                        help="v1: the built-in templates; v2: task families, greedy and T=1 answers")
     parser.add_argument("--model", default=None, help="HF dir / GGUF (default: the embedded SmolLM2)")
-    parser.add_argument("--num-prompts", type=int, default=CorpusSpec.num_prompts)
-    parser.add_argument("--max-new-tokens", type=int, default=CorpusSpec.max_new_tokens)
-    parser.add_argument("--batch-size", type=int, default=CorpusSpec.batch_size)
+    parser.add_argument("--num-prompts", type=int, default=CorpusSpec.num_prompts, help="v1 only")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--target-tokens", type=int, default=None, help="v2: stop at this many response tokens")
     parser.add_argument("--time-budget-s", type=float, default=None)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads or max(1, torch.get_num_threads()))
     target, tokenizer = load_model(args.model)
-    spec = CorpusSpec(num_prompts=args.num_prompts, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
-    generate_corpus(target, tokenizer, args.out, spec, time_budget_s=args.time_budget_s,
-                    log=lambda line: print(line, flush=True))
+    say = lambda line: print(line, flush=True)  # noqa: E731
+    sizes = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("batch_size", args.batch_size))
+             if v is not None}
+    if args.corpus == "v1":
+        spec = CorpusSpec(num_prompts=args.num_prompts, **sizes)
+        generate_corpus(target, tokenizer, args.out, spec, time_budget_s=args.time_budget_s, log=say)
+        return
+    from specdec_cli.train.corpus.generate import CorpusV2Spec, default_sources, generate_corpus_v2
+
+    if args.target_tokens is not None:
+        sizes["target_tokens"] = args.target_tokens
+    spec = CorpusV2Spec(**sizes)
+    sources = default_sources(tokenizer, spec)
+    say(f"sources: {len(sources.passages)} passages, {len(sources.snippets)} code snippets")
+    generate_corpus_v2(target, tokenizer, args.out, spec, sources, time_budget_s=args.time_budget_s, log=say)
 
 
 if __name__ == "__main__":

@@ -64,9 +64,10 @@ def _math_problem(rng: random.Random) -> str:
     ))
 
 
-def _one_prompt(rng: random.Random) -> str:
+def one_template_prompt(rng: random.Random, *, math: bool = True) -> str:
+    """One instruction from the templates; ``math=False`` leaves out the arithmetic word problems."""
     topic, other = rng.sample(TOPICS, 2)
-    kind = rng.randrange(12)
+    kind = rng.randrange(12) if math else rng.choice((0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11))
     if kind == 0:
         return f"Explain {topic} to {rng.choice(AUDIENCES)}."
     if kind == 1:
@@ -98,7 +99,7 @@ def distill_prompts(count: int, seed: int = 0) -> list[str]:
     prompts: dict[str, None] = {}
     attempts = 0
     while len(prompts) < count:
-        prompts.setdefault(_one_prompt(rng))
+        prompts.setdefault(one_template_prompt(rng))
         attempts += 1
         if attempts > 50 * count:
             raise ValueError(f"cannot generate {count} unique prompts from the templates")
