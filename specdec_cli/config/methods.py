@@ -9,17 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec_cli.config.schema import (
-    DflashMethodConfig,
-    DraftTargetMethodConfig,
-    Eagle3MethodConfig,
-    MethodConfig,
-    MtpMethodConfig,
-    NgramMethodConfig,
-    NoneMethodConfig,
-    PardMethodConfig,
-    SuffixMethodConfig,
-)
+from specdec_cli.config import schema as schemas
+from specdec_cli.config.schema import MethodConfig
 
 FAMILIES = ("none", "model", "retrieval")  # drafts nothing | a model draws q | retrieval (one-hot q)
 
@@ -38,14 +29,14 @@ class MethodSpec:
 TABLE: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec("none", NoneMethodConfig, "none"),
-        MethodSpec("draft_target", DraftTargetMethodConfig, "model", trainable=True, draft_model=True),
-        MethodSpec("mtp", MtpMethodConfig, "model", trainable=True),
-        MethodSpec("eagle3", Eagle3MethodConfig, "model", trainable=True),
-        MethodSpec("pard", PardMethodConfig, "model", trainable=True, draft_model=True),
-        MethodSpec("dflash", DflashMethodConfig, "model", trainable=True),
-        MethodSpec("ngram", NgramMethodConfig, "retrieval"),
-        MethodSpec("suffix", SuffixMethodConfig, "retrieval"),
+        MethodSpec("none", schemas.NoneMethodConfig, "none"),
+        MethodSpec("draft_target", schemas.DraftTargetMethodConfig, "model", trainable=True, draft_model=True),
+        MethodSpec("mtp", schemas.MtpMethodConfig, "model", trainable=True),
+        MethodSpec("eagle3", schemas.Eagle3MethodConfig, "model", trainable=True),
+        MethodSpec("pard", schemas.PardMethodConfig, "model", trainable=True, draft_model=True),
+        MethodSpec("dflash", schemas.DflashMethodConfig, "model", trainable=True),
+        MethodSpec("ngram", schemas.NgramMethodConfig, "retrieval"),
+        MethodSpec("suffix", schemas.SuffixMethodConfig, "retrieval"),
     )
 }
 

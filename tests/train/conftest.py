@@ -1,6 +1,7 @@
-"""Shared fixtures of the training tests (toy models)."""
+"""Shared fixtures of the training tests: one thread, the toy target, the resume check."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Callable
@@ -8,16 +9,21 @@ from typing import Callable
 import pytest
 import torch
 
+from specdec_cli.testing import toy_model
 from specdec_cli.train.trainer import Trainer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Toy-sized ops: one thread is faster than two (and far faster on a loaded machine)."""
-    threads = torch.get_num_threads()
+@pytest.fixture(autouse=True, scope="package")
+def one_thread(request) -> None:
+    """Toy-sized ops run on one thread (faster than two, far faster on a loaded machine); restored after."""
+    request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def target():
+    """The 2-layer toy target, vocabulary 16."""
+    return toy_model(0, vocab_size=16, num_layers=2)
 
 
 def _losses(out_dir: Path) -> list[float]:

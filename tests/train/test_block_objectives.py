@@ -12,17 +12,11 @@ from specdec_cli.drafters.dflash import save_dflash
 from specdec_cli.drafters.dflash_drafter import DFlashDrafter
 from specdec_cli.drafters.pard import save_pard
 from specdec_cli.models import ModelArch, Transformer
-from specdec_cli.testing import toy_model
 from specdec_cli.train.dflash_objective import build_dflash_batch, default_target_layers, dflash_loss, init_dflash
 from specdec_cli.train.pard_objective import build_pard_batch, init_pard_from_target, pard_hidden, pard_loss
 
 VOCAB = 16
 MASK = 15
-
-
-@pytest.fixture(scope="module")
-def target():
-    return toy_model(0, vocab_size=VOCAB, num_layers=2)
 
 
 def corpus(num: int, length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

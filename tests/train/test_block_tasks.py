@@ -18,7 +18,6 @@ from specdec_cli.sampling.params import BatchParams
 from specdec_cli.drafters.dflash import load_dflash, save_dflash
 from specdec_cli.drafters.dflash_drafter import DFlashDrafter
 from specdec_cli.drafters.pard import PardDrafter, load_pard
-from specdec_cli.testing import toy_model
 from specdec_cli.train.block_tasks import DflashTask, PardTask, default_mask_token_id
 from specdec_cli.train.dflash_objective import build_dflash_batch, init_dflash
 from specdec_cli.train.features import FeatureExtractor, OnlineFeatures, Sequences
@@ -36,11 +35,6 @@ from specdec_cli.train.trainer import Trainer, TrainOptions
 VOCAB = 16
 MASK = 15
 HIDDEN = 32
-
-
-@pytest.fixture(scope="module")
-def target():
-    return toy_model(0, vocab_size=VOCAB, num_layers=2)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from specdec_cli.drafters.learned import arch_config
 from specdec_cli.drafters.mtp import load_mtp
 from specdec_cli.models import ModelArch
 from specdec_cli.models.loading import load_hf_dir
-from specdec_cli.testing import toy_arch, toy_model
+from specdec_cli.testing import toy_arch
 from specdec_cli.train.features import CachedFeatures, FeatureExtractor, OnlineFeatures, Sequences
 from specdec_cli.train.heads import draft_vocabulary, new_draft_model, new_eagle3, new_mtp, vocab_maps
 from specdec_cli.train.tasks import DraftModelTask, HeadTask, Task, chain_stats
@@ -22,11 +22,6 @@ from specdec_cli.train.trainer import Trainer, TrainOptions, learning_rate
 
 VOCAB = 16
 USED = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])
-
-
-@pytest.fixture(scope="module")
-def target():
-    return toy_model(0, vocab_size=VOCAB, num_layers=2)
 
 
 @pytest.fixture(scope="module")
