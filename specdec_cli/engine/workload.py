@@ -16,11 +16,13 @@ import json
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from specdec_cli.config.schema import SamplerConfig, WorkloadConfig
-from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.errors import SAMPLING_FIELDS, ConfigError, sampling_problems
+
+if TYPE_CHECKING:  # read_workload runs without torch (dry runs, ``specdec check``)
+    from specdec_cli.engine.request import Request
 
 BUILTIN_PROMPTS = (
     "What is the capital of France? Answer in one sentence.",
@@ -116,8 +118,9 @@ def _objects(path: Path, expected: str, problems: list[str]) -> Iterable[tuple[i
 
 def _mt_bench(path: Optional[str], problems: list[str]) -> list[WorkloadRow]:
     source = Path(path) if path else resources.files("specdec_cli.data").joinpath("mt_bench_questions.jsonl")
-    rows = []
-    for _, where, row in _objects(source, MT_BENCH_FORMAT, problems):
+    rows: list[WorkloadRow] = []
+    first_line: dict[str, int] = {}
+    for number, where, row in _objects(source, MT_BENCH_FORMAT, problems):
         turns = row.get("turns")
         if "question_id" not in row or not isinstance(turns, list) or not turns:
             hint = "; use workload.source=jsonl for a prompts file" if "prompt" in row or "messages" in row else ""
@@ -125,14 +128,16 @@ def _mt_bench(path: Optional[str], problems: list[str]) -> list[WorkloadRow]:
         elif not isinstance(turns[0], str) or not turns[0].strip():
             problems.append(f"{where}: empty first turn")
         else:
-            rows.append(WorkloadRow(f"mt_bench_{row['question_id']}", turns[0], {}))
+            _append_unique(rows, WorkloadRow(f"mt_bench_{row['question_id']}", turns[0], {}), number, first_line,
+                           where, problems)
     if not rows and not problems:
         problems.append(f"{source}: no MT-Bench questions found; expected {MT_BENCH_FORMAT}")
     return rows
 
 
 def _jsonl(path: str, problems: list[str]) -> list[WorkloadRow]:
-    rows = []
+    rows: list[WorkloadRow] = []
+    first_line: dict[str, int] = {}
     for number, where, row in _objects(Path(path), JSONL_FORMAT, problems):
         row_problems = _row_problems(row, where)
         problems += row_problems
@@ -140,7 +145,8 @@ def _jsonl(path: str, problems: list[str]) -> list[WorkloadRow]:
             overrides = {key: row[key] for key in SAMPLING_FIELDS if key in row}
             messages = tuple(row["messages"]) if "messages" in row else None
             text = row["prompt"] if messages is None else "\n".join(f"{m['role']}: {m['content']}" for m in messages)
-            rows.append(WorkloadRow(str(row.get("id", f"line_{number}")), text, overrides, messages))
+            _append_unique(rows, WorkloadRow(str(row.get("id", f"line_{number}")), text, overrides, messages),
+                           number, first_line, where, problems)
     if not rows and not problems:
         problems.append(f"{path}: no prompts found; expected {JSONL_FORMAT}")
     return rows
@@ -186,14 +192,14 @@ def _messages_problems(messages: object, where: str) -> list[str]:
     return out
 
 
-def _duplicate_ids(rows: list[WorkloadRow], source: str) -> list[str]:
-    first: dict[str, int] = {}
-    out = []
-    for index, row in enumerate(rows):
-        if row.id in first:
-            out.append(f"{source}: duplicate id {row.id!r} (rows {first[row.id] + 1} and {index + 1})")
-        first.setdefault(row.id, index)
-    return out
+def _append_unique(rows: list[WorkloadRow], row: WorkloadRow, number: int, first_line: dict[str, int],
+                   where: str, problems: list[str]) -> None:
+    """Append ``row`` unless its id was already used (then a problem naming the first line)."""
+    if row.id in first_line:
+        problems.append(f"{where}: duplicate id {row.id!r} (first on line {first_line[row.id]})")
+    else:
+        first_line[row.id] = number
+        rows.append(row)
 
 
 def read_workload(cfg: WorkloadConfig) -> list[WorkloadRow]:
@@ -211,7 +217,6 @@ def read_workload(cfg: WorkloadConfig) -> list[WorkloadRow]:
         rows = _jsonl(cfg.path or "", problems)
     else:
         raise ConfigError([f"workload.source={cfg.source!r} is not one of builtin, mt_bench, jsonl, repetitive"])
-    problems += _duplicate_ids(rows, cfg.path or f"workload.source={cfg.source}")
     if problems:
         raise ConfigError.capped(problems)
     return rows[: cfg.num_prompts] if cfg.num_prompts > 0 else rows
@@ -224,6 +229,8 @@ def build_requests(cfg: WorkloadConfig, sampler: SamplerConfig, tokenizer, *, ch
                    rows: Optional[list[WorkloadRow]] = None) -> list[Request]:
     """Tokenise the workload's rows (``rows``, else ``read_workload(cfg)``) into requests with
     per-request sampling and seeds."""
+    from specdec_cli.engine.request import Request, SamplingParams
+
     base = SamplingParams(sampler.temperature, sampler.top_k, sampler.top_p)
     eos = tuple(t for t in {tokenizer.eos_token_id} if t is not None)
     requests = []

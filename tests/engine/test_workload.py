@@ -137,8 +137,8 @@ def test_duplicate_ids_are_refused(tmp_path: Path) -> None:
     rows = [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y"}, {"id": "a", "prompt": "z"}, {"prompt": "w"},
             {"id": "line_4", "prompt": "v"}]
     lines = _problems(tmp_path, "".join(json.dumps(r) + "\n" for r in rows))
-    assert lines == [f"{tmp_path / 'w.jsonl'}: duplicate id 'a' (rows 1 and 3)",
-                     f"{tmp_path / 'w.jsonl'}: duplicate id 'line_4' (rows 4 and 5)"]
+    assert lines == [f"{tmp_path / 'w.jsonl'}:3: duplicate id 'a' (first on line 1)",
+                     f"{tmp_path / 'w.jsonl'}:5: duplicate id 'line_4' (first on line 4)"]
 
 
 def test_non_utf8_file_names_line_and_byte_offset(tmp_path: Path) -> None:
