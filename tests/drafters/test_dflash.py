@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec_cli.config.schema import DflashMethodConfig
-from specdec_cli.drafters import dflash_drafter, learned
+from specdec_cli.drafters import dflash_drafter
 from specdec_cli.drafters.base import DraftRequest, Proposal
 from specdec_cli.drafters.dflash import load_dflash
 from specdec_cli.drafters.dflash_drafter import DFlashDrafter
 from specdec_cli.errors import ConfigError
-from toys import MASK, VOCAB, batch_params, build, toy_dflash_checkpoint
+from toys import MASK, VOCAB, batch_params, broken_copy, build, toy_dflash_checkpoint
 
 CONTEXT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
 
@@ -83,22 +83,6 @@ def test_published_layout_variants_load(target, checkpoint, tmp_path: Path) -> N
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-def broken(checkpoint: str, directory: Path, *, config: Optional[dict] = None, drop: Optional[str] = None,
-           reshape: Optional[str] = None) -> str:
-    """A copy of ``checkpoint`` with config keys replaced, a tensor dropped or a tensor misshapen."""
-    stored = json.loads((Path(checkpoint) / "config.json").read_text())
-    for key, value in (config or {}).items():
-        stored["dflash_config"].pop(key, None)
-        stored[key] = value
-    (directory / "config.json").write_text(json.dumps({k: v for k, v in stored.items() if v is not None}))
-    tensors = load_file(str(Path(checkpoint) / "model.safetensors"))
-    tensors.pop(drop, None)
-    if reshape:
-        tensors[reshape] = tensors[reshape][:, :-1].contiguous()
-    save_file(tensors, str(directory / "model.safetensors"))
-    return str(directory)
-
-
 @pytest.mark.parametrize("change,message", [
     (dict(config={"mask_token_id": None}), "missing field 'mask_token_id'"),
     (dict(config={"target_layer_ids": [0, 7]}), "target_layer_ids=[0, 7] must be output-of-layer ids in 0..1"),
@@ -111,16 +95,8 @@ def broken(checkpoint: str, directory: Path, *, config: Optional[dict] = None, d
     (dict(reshape="layers.0.mlp.down_proj.weight"), "tensor 'layers.0.mlp.down_proj.weight' has shape"),
 ])
 def test_malformed_checkpoints_are_refused(target, checkpoint, tmp_path: Path, change: dict, message: str) -> None:
-    path = broken(checkpoint, tmp_path, **change)
+    path = broken_copy(checkpoint, tmp_path, **change)
     with pytest.raises(ConfigError) as err:
         drafter_for(target, path)
     assert message in str(err.value), str(err.value)
     assert str(tmp_path) in str(err.value)  # the error names the file
-
-
-def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target, monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(learned, "ASSETS", tmp_path)  # as for a target without a shipped draft
-    with pytest.raises(ConfigError) as err:
-        drafter_for(target, None)
-    assert len(err.value.violations) == 1
-    assert "no shipped draft exists yet" in str(err.value) and "method.checkpoint=" in str(err.value)

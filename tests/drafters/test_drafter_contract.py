@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from specdec_cli.config import schema
-from specdec_cli.drafters import DRAFTERS
+from specdec_cli.drafters import DRAFTERS, learned
 from specdec_cli.drafters.base import DraftRequest, Proposal
+from specdec_cli.errors import ConfigError
 from specdec_cli.verify.stats import fit
 from toys import (CONTEXT, DRAFT_IDS, VOCAB, batch_params, build, toy_checkpoint, toy_dflash_checkpoint,
                   toy_pard_checkpoint)
@@ -144,3 +145,17 @@ def test_one_hot_proposals_under_a_reduced_vocabulary_are_refused() -> None:
     assert torch.equal(proposal.target_probs(None, VOCAB).argmax(-1), torch.tensor([[15, 4]]))
     with pytest.raises(ValueError, match="must report draft_probs"):
         proposal.target_probs(DRAFT_IDS - torch.arange(12), VOCAB)
+
+
+@pytest.mark.parametrize("name,option", [("eagle3", "checkpoint"), ("mtp", "checkpoint"), ("pard", "checkpoint"),
+                                         ("dflash", "checkpoint"), ("draft_target", "draft_path")])
+def test_a_missing_shipped_draft_is_one_clear_config_error(target, monkeypatch, tmp_path, name: str,
+                                                           option: str) -> None:
+    """No checkpoint given and none shipped (as for another target): one line saying how to get one."""
+    monkeypatch.setattr(learned, "ASSETS", tmp_path)
+    config = type(CONTRACT_CONFIGS[name])()
+    with pytest.raises(ConfigError) as info:
+        build(target, config, 1)
+    (line,) = info.value.violations
+    assert "no shipped draft exists yet" in line and f"specdec train method={name}" in line
+    assert f"method.{option}=" in line

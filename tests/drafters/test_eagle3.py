@@ -9,9 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specdec_cli.config.schema import Eagle3MethodConfig
-from specdec_cli.drafters import build_drafter, learned
-from specdec_cli.drafters.base import DrafterDeps, DraftRequest
+from specdec_cli.drafters.base import DraftRequest
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.feature_head import FeatureDrafter
 from specdec_cli.errors import ConfigError
@@ -115,17 +113,6 @@ def test_wrong_target_and_missing_directory(checkpoint: Path, tmp_path: Path) ->
         load_eagle3(tmp_path / "nowhere", toy_target())
     with pytest.raises(ConfigError, match=r"an MTP module, not an EAGLE-3 head \(use method=mtp\)"):
         load_eagle3(toy_checkpoint("mtp", directory=tmp_path / "mtp"), toy_target())
-
-
-def test_no_shipped_head_is_one_clear_config_error(target, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(learned, "ASSETS", tmp_path)
-    deps = DrafterDeps(target=target, num_slots=1, max_seq_len=32, vocab_size=VOCAB, device=torch.device("cpu"),
-                       dtype=torch.float32)
-    with pytest.raises(ConfigError) as info:
-        build_drafter(Eagle3MethodConfig(), deps)
-    (line,) = info.value.violations
-    assert "no shipped draft exists yet" in line and "specdec train method=eagle3" in line
-    assert "method.checkpoint=" in line
 
 
 # ---------------------------------------------------------------- drafting

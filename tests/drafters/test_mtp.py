@@ -11,9 +11,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specdec_cli.config.schema import MtpMethodConfig
-from specdec_cli.drafters import build_drafter, learned
-from specdec_cli.drafters.base import DrafterDeps, DraftRequest
+from specdec_cli.drafters.base import DraftRequest
 from specdec_cli.drafters.feature_head import FeatureDrafter
 from specdec_cli.drafters.mtp import load_mtp
 from specdec_cli.errors import ConfigError
@@ -74,14 +72,6 @@ def test_malformed_checkpoints_are_named(target, checkpoint: Path, tmp_path: Pat
 def test_an_eagle3_head_is_not_an_mtp_module(target, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"an EAGLE-3 head, not an MTP module \(use method=eagle3\)"):
         load_mtp(toy_checkpoint("eagle3", target, tmp_path), target)
-
-
-def test_no_shipped_module_is_one_clear_config_error(target, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(learned, "ASSETS", tmp_path)
-    deps = DrafterDeps(target=target, num_slots=1, max_seq_len=32, vocab_size=16, device=torch.device("cpu"),
-                       dtype=torch.float32)
-    with pytest.raises(ConfigError, match=r"no shipped draft exists yet .*`specdec train method=mtp`"):
-        build_drafter(MtpMethodConfig(), deps)
 
 
 def test_training_unroll_matches_the_drafting_chain(target, checkpoint: Path) -> None:

@@ -9,15 +9,13 @@ from typing import Optional
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from specdec_cli.config.schema import PardMethodConfig
-from specdec_cli.drafters import learned
 from specdec_cli.drafters.base import DraftRequest
 from specdec_cli.drafters.pard import PardDrafter, load_pard
 from specdec_cli.errors import ConfigError
 from specdec_cli.sampling import probs_from_logits
-from toys import MASK, VOCAB, batch_params, build, toy_pard_checkpoint
+from toys import MASK, VOCAB, batch_params, broken_copy, build, toy_pard_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -54,19 +52,6 @@ def test_mask_token_id_override_and_lookup(checkpoint, tmp_path: Path) -> None:
     assert load_pard(tmp_path)[1] == MASK
 
 
-def broken(checkpoint: str, directory: Path, *, config: Optional[dict] = None, drop: Optional[str] = None,
-           reshape: Optional[str] = None) -> str:
-    stored = json.loads((Path(checkpoint) / "config.json").read_text())
-    stored.update(config or {})
-    (directory / "config.json").write_text(json.dumps({k: v for k, v in stored.items() if v is not None}))
-    tensors = load_file(str(Path(checkpoint) / "model.safetensors"))
-    tensors.pop(drop, None)
-    if reshape:
-        tensors[reshape] = tensors[reshape][:, :-1].contiguous()
-    save_file(tensors, str(directory / "model.safetensors"))
-    return str(directory)
-
-
 @pytest.mark.parametrize("change,message", [
     (dict(config={"pard_token": None}), "no mask token id (none of pard_token, mask_token_id, ptd_token_id); "
                                         "pass one with method.mask_token_id=<id>"),
@@ -77,13 +62,5 @@ def broken(checkpoint: str, directory: Path, *, config: Optional[dict] = None, d
 ])
 def test_malformed_checkpoints_are_refused(target, checkpoint, tmp_path: Path, change: dict, message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        pard_drafter(target, broken(checkpoint, tmp_path, **change))
+        pard_drafter(target, broken_copy(checkpoint, tmp_path, **change))
     assert message in str(err.value) and str(tmp_path) in str(err.value), str(err.value)
-
-
-def test_without_a_checkpoint_the_missing_shipped_draft_is_explained(target, monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(learned, "ASSETS", tmp_path)  # as for a target without a shipped draft
-    with pytest.raises(ConfigError) as err:
-        pard_drafter(target, None)
-    assert len(err.value.violations) == 1
-    assert "no shipped draft exists yet" in str(err.value) and "method.checkpoint=" in str(err.value)

@@ -3,12 +3,14 @@ heads written as real checkpoints), drafters built through the registry, and sam
 from __future__ import annotations
 
 import atexit
+import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from specdec_cli.config.schema import MethodConfig
 from specdec_cli.drafters import build_drafter
@@ -92,3 +94,20 @@ def batch_params(num: int, temperature: float = 1.0, *, seeds: Optional[list[int
     seeds = list(range(num)) if seeds is None else seeds
     return BatchParams.from_values([temperature] * num, [top_k] * num, [top_p] * num,
                                    [torch.Generator().manual_seed(s) for s in seeds])
+
+
+def broken_copy(checkpoint: str, directory: Path, *, config: Optional[dict] = None, drop: Optional[str] = None,
+                reshape: Optional[str] = None) -> str:
+    """A copy of ``checkpoint`` in ``directory`` with config keys replaced (None: removed; also from a nested
+    ``dflash_config``), a tensor dropped or a tensor misshapen (its last column cut)."""
+    stored = json.loads((Path(checkpoint) / "config.json").read_text())
+    for key, value in (config or {}).items():
+        stored.get("dflash_config", {}).pop(key, None)
+        stored[key] = value
+    (directory / "config.json").write_text(json.dumps({k: v for k, v in stored.items() if v is not None}))
+    tensors = load_file(str(Path(checkpoint) / "model.safetensors"))
+    tensors.pop(drop, None)
+    if reshape:
+        tensors[reshape] = tensors[reshape][:, :-1].contiguous()
+    save_file(tensors, str(directory / "model.safetensors"))
+    return str(directory)
