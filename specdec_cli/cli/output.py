@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -13,6 +14,9 @@ from specdec_cli.config.compose import describe_hydra_error
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.errors import ConfigError, SpecdecError
+
+if TYPE_CHECKING:
+    from specdec_cli.run.result import RunResult  # torch loads only for real runs
 
 DEBUG_ENV = "SPECDEC_DEBUG"
 
@@ -44,21 +48,22 @@ def print_errors(lines: list[str], prefix: str = "") -> None:
         err_console.print(text, soft_wrap=True, highlight=False)
 
 
+def acceptance_label(rejection: bool, relaxed: bool) -> str:
+    """How drafts are accepted, in words."""
+    if rejection:
+        return "rejection sampling (lossless)"
+    return "relaxed (lossy)" if relaxed else "strict"
+
+
 def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
     """The settings a run will use, then why each silent decision was taken."""
     sampler = cfg.sampler
-    if effective.rejection:
-        acceptance = "rejection sampling (lossless)"
-    elif effective.relaxed_acceptance:
-        acceptance = "relaxed (lossy)"
-    else:
-        acceptance = "strict"
     rows = {
         "method": f"{cfg.method.name}, K={cfg.method.num_draft_tokens}",
         "draft length by batch size": str(effective.draft_len_schedule),
         "sampler": f"{sampler.name} (T={sampler.temperature}, top_k={sampler.top_k}, "
         f"top_p={sampler.top_p})",
-        "acceptance": acceptance,
+        "acceptance": acceptance_label(effective.rejection, effective.relaxed_acceptance),
         "rejection backend": effective.backend,
         "all requests greedy": "yes" if effective.all_greedy else "no",
         "device": f"{effective.device} ({cfg.model.dtype})",
@@ -73,14 +78,14 @@ def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
         console.print(Text(f"  - {reason}"), soft_wrap=True)
 
 
-def print_run_summary(results: dict, output_dir: str) -> None:
+def print_run_summary(result: RunResult, output_dir: str) -> None:
     """The headline numbers of a finished run."""
-    metrics, config = results["metrics"], results["config"]
+    metrics, method = result.metrics, result.config.method
     per_position = ", ".join(f"{rate:.2f}" for rate in metrics["per_position_acceptance"]) or "-"
     rows = {
-        "method": f"{config['method']['name']} (K={config['method']['num_draft_tokens']})",
-        "sampler": config["sampler"]["name"],
-        "acceptance": "rejection sampling" if results["effective"]["rejection"] else "strict",
+        "method": f"{method.name} (K={method.num_draft_tokens})",
+        "sampler": result.config.sampler.name,
+        "acceptance": acceptance_label(result.effective.rejection, result.effective.relaxed_acceptance),
         "requests / tokens": f"{metrics['num_requests']} / {metrics['generated_tokens']}",
         "acceptance length": f"{metrics['acceptance_length']:.2f} tokens per verify step",
         "acceptance rate": f"{metrics['acceptance_rate']:.1%} of drafts",

@@ -123,6 +123,6 @@ def _execute(config: DictConfig) -> dict | None:
         return None
     from specdec_cli.run.job import run_job  # torch and models load only for real runs
 
-    results = run_job(cfg, effective, output_dir).to_dict()
-    print_run_summary(results, str(output_dir))
-    return results
+    result = run_job(cfg, effective, output_dir)
+    print_run_summary(result, str(output_dir))
+    return result.to_dict()

@@ -11,6 +11,7 @@ import pytest
 
 from report.report_trees import results_record
 from specdec_cli.config.compose import conf_dir
+from specdec_cli.run.result import RunResult
 
 SPECDEC = Path(sys.executable).parent / "specdec"
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
@@ -56,7 +57,7 @@ def test_rerun_with_skip_if_done_skips_finished_jobs(run_specdec, monkeypatch, t
     calls: list[Path] = []
     fake = types.ModuleType("specdec_cli.run.job")
     fake.run_job = lambda cfg, effective, output_dir: (  # type: ignore[attr-defined]
-        calls.append(output_dir) or types.SimpleNamespace(to_dict=lambda: results_record(cfg.method.name, "greedy"))
+        calls.append(output_dir) or RunResult(cfg, effective, results_record(cfg.method.name, "greedy")["metrics"], [])
     )
     monkeypatch.setitem(sys.modules, "specdec_cli.run.job", fake)
     sweep = ("-m", "method=none,ngram", f"hydra.sweep.dir={tmp_path}", *QUIET)
