@@ -280,3 +280,11 @@ def tokenizers_match(target_tok: PreTrainedTokenizerBase, draft_tok: PreTrainedT
             return (f"the draft's tokenizer is not the target's: token id {token_id} is {draft_piece!r} for the "
                     f"draft and {target_piece!r} for the target (its drafts would never be accepted)")
     return None
+
+
+def draft_tokenizer_problem(target_tok: PreTrainedTokenizerBase, directory: Path) -> Optional[str]:
+    """``tokenizers_match`` against the tokenizer saved in a draft's HF ``directory``; None when the
+    directory has none (a draft that uses its target's tokenizer, as the shipped ones do)."""
+    if not any((directory / name).is_file() for name in _TOKENIZER_FILES):
+        return None
+    return tokenizers_match(target_tok, load_tokenizer(directory))

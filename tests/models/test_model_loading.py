@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from specdec_cli.models import ModelArch, ModelLoadError, UnsupportedArchitectureError, load_model
-from specdec_cli.models.loading import cache_root, tokenizers_match
+from specdec_cli.models.loading import cache_root, draft_tokenizer_problem, tokenizers_match
 
 CHAT_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
 
@@ -193,3 +193,15 @@ def test_position_limit_follows_rope_scaling(hf_model: PreTrainedModel) -> None:
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
     assert replace(arch, rope_scaling=yarn).position_limit == 131072
     assert replace(arch, rope_scaling={"rope_type": "dynamic", "factor": 2.0}).position_limit is None
+
+
+def test_draft_tokenizer_problem_reads_the_drafts_directory(tmp_path: Path) -> None:
+    words = [f"w{i}" for i in range(128)]
+    target = _word_tokenizer(words, eos="w1")
+    (tmp_path / "none").mkdir()
+    assert draft_tokenizer_problem(target, tmp_path / "none") is None  # uses the target's tokenizer
+    _save_tokenizer(tmp_path / "same")  # the w0..w127 word-level tokenizer
+    assert draft_tokenizer_problem(target, tmp_path / "same") is None
+    _word_tokenizer([f"v{i}" for i in range(128)], eos="v1").save_pretrained(tmp_path / "other")
+    assert "token id 0 is 'v0' for the draft and 'w0' for the target" in draft_tokenizer_problem(
+        target, tmp_path / "other")
