@@ -36,6 +36,7 @@ from specdec_cli.cli.output import (
 from specdec_cli.config.compose import conf_dir, to_run_config
 from specdec_cli.config.store import register_configs
 from specdec_cli.config.validate import resolve
+from specdec_cli.engine.workload import read_workload
 from specdec_cli.errors import SpecdecError
 from specdec_cli.files import atomic_write_json
 
@@ -112,6 +113,7 @@ def guarded_job(execute: Callable[[DictConfig], dict | None], config: DictConfig
 def _execute(config: DictConfig) -> dict | None:
     cfg = to_run_config(config)
     effective = resolve(cfg)
+    read_workload(cfg.workload)  # every row checked in milliseconds, before any model loads (dry runs too)
     output_dir = Path(cfg.output_dir or HydraConfig.get().runtime.output_dir)
     if cfg.dry_run:
         record = {"config": dataclasses.asdict(cfg), "effective": effective.to_dict()}

@@ -20,6 +20,7 @@ from specdec_cli.config.schema import (
     SamplerConfig,
     WorkloadConfig,
 )
+from specdec_cli.errors import seed_problem
 
 DRAFT_POLICIES = ("sample", "argmax")
 DTYPES = ("float32", "bfloat16")
@@ -109,6 +110,8 @@ def check_sampler(sampler: SamplerConfig, where: str) -> list[str]:
         out.append(f"{where}.top_k={sampler.top_k} must be >= 0 (0 = off)")
     if not 0 < sampler.top_p <= 1:
         out.append(f"{where}.top_p={sampler.top_p} must be in (0, 1] (1 = off)")
+    if problem := seed_problem(sampler.seed, f"{where}.seed"):
+        out.append(problem)
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -140,6 +140,7 @@ class DrafterDeps:
     vocab_size: int
     device: torch.device
     dtype: torch.dtype
+    tokenizer: Any = None  # the target's tokenizer (a draft model with its own must match it)
 
 
 DrafterFactory = Callable[["MethodConfig", DrafterDeps], Optional[Drafter]]

@@ -20,6 +20,7 @@ from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftReque
 from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.loading import draft_tokenizer_problem, tokenizers_match
 from specdec_cli.models.loading import load_hf_dir
 from specdec_cli.sampling.params import BatchParams
 
@@ -82,8 +83,12 @@ def build_draft_target(cfg: DraftTargetMethodConfig, deps: DrafterDeps) -> Draft
         path = Path(cfg.draft_path or shipped_checkpoint("draft_target", "draft_path")).expanduser()
         if path.is_dir():  # a HF directory, maybe sharing the target's embedding (the shipped draft does)
             model = load_hf_dir(path, dtype=deps.dtype, device=deps.device, shared_from=deps.target)
+            mismatch = draft_tokenizer_problem(deps.tokenizer, path) if deps.tokenizer is not None else None
         else:
-            model, _ = load_model(path, dtype=deps.dtype, device=deps.device)
+            model, draft_tokenizer = load_model(path, dtype=deps.dtype, device=deps.device)
+            mismatch = tokenizers_match(deps.tokenizer, draft_tokenizer) if deps.tokenizer is not None else None
+        if mismatch:
+            raise ConfigError([f"method.draft_path={path}: {mismatch}"])
         if model.arch.vocab_size != deps.vocab_size:
             raise ConfigError(
                 [f"method.draft_path={path}: draft vocabulary {model.arch.vocab_size} "

@@ -29,7 +29,7 @@ from specdec_cli.drafters.draft_target import ModelDrafter
 from specdec_cli.drafters.learned import arch_config, save_checkpoint, shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelLoadError, Transformer
-from specdec_cli.models.loading import load_hf_dir
+from specdec_cli.models.loading import draft_tokenizer_problem, load_hf_dir
 from specdec_cli.sampling.params import BatchParams
 
 #: config.json keys naming the mask token, in order of preference
@@ -101,6 +101,9 @@ def save_pard(model: Transformer, directory: str | Path, *, mask_token_id: int, 
 @DRAFTERS.register("pard")
 def build_pard(cfg: PardMethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("pard", "checkpoint")
+    if deps.tokenizer is not None and Path(path).is_dir():
+        if mismatch := draft_tokenizer_problem(deps.tokenizer, Path(path)):
+            raise ConfigError([f"method.checkpoint={path}: {mismatch}"])
     model, mask_token_id = load_pard(path, mask_token_id=cfg.mask_token_id, dtype=deps.dtype, device=deps.device,
                                      target=deps.target)
     return PardDrafter(model, mask_token_id, vocab_size=deps.vocab_size, num_slots=deps.num_slots,

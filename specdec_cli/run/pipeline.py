@@ -4,7 +4,7 @@
   1. loads the target model and tokenizer              (models/)
   2. builds the drafter from the registry               (drafters/); on a tensor-parallel rank
      ``parallel/drafters.py`` shards the target first, in the order the method needs
-  3. tokenises the whole workload into requests         (engine/workload.py)
+  3. tokenises the workload (read and validated before the model loads) (engine/workload.py)
   4. builds the engine that will run them               (engine/engine.py)
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request
-from specdec_cli.engine.workload import build_requests
+from specdec_cli.engine.workload import build_requests, check_requests, read_workload
 from specdec_cli.models import Transformer, load_model
 
 if TYPE_CHECKING:
@@ -53,19 +53,27 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     torch.manual_seed(cfg.sampler.seed)
     device = rank_ctx.device if rank_ctx is not None else torch.device(effective.device)
     dtype = DTYPES[cfg.model.dtype]
+    rows = read_workload(cfg.workload)  # every row validated before the model loads
     target, tokenizer = load_model(cfg.model.path, dtype=dtype, device=device)
     deps = DrafterDeps(target=target, num_slots=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
-                       vocab_size=target.arch.vocab_size, device=device, dtype=dtype)
+                       vocab_size=target.arch.vocab_size, device=device, dtype=dtype, tokenizer=tokenizer)
     drafter = _drafter_builder(cfg, rank_ctx)(cfg.method, deps)
-    requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template)
-    engine = SpecEngine(target, drafter, EngineOptions(
+    requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template, rows=rows)
+    check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)
+    engine = SpecEngine(target, drafter, engine_options(cfg, effective),
+                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+    return Pipeline(target, tokenizer, drafter, engine, requests)
+
+
+def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
+    """The engine settings of ``cfg`` (a drafter-less engine ignores the drafting ones)."""
+    return EngineOptions(
         max_batch_size=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
         prefill_chunk=cfg.engine.prefill_chunk, max_draft_len=cfg.method.num_draft_tokens,
         draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
         backend=effective.backend,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
-    ), decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
-    return Pipeline(target, tokenizer, drafter, engine, requests)
+    )
 
 
 def _drafter_builder(cfg: RunConfig, rank_ctx: Optional[RankContext]) -> DrafterBuilder:
