@@ -1,27 +1,20 @@
 """Driving an engine: feed it requests and step it until every one has finished."""
 from __future__ import annotations
 
-import time
-
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.engine.engine import SpecEngine
 from specdec_cli.engine.request import Request
 from specdec_cli.errors import ConfigError
 
 
 def run_requests(engine: SpecEngine, requests: list[Request], *, show_progress: bool = False) -> list[Request]:
-    """Feed ``requests`` through ``engine`` until all finish; returns them in input order."""
-    for request in requests:
-        engine.add_request(request)
-    start = time.perf_counter()
+    """Feed ``requests`` through ``engine`` until all finish, with a progress bar; returns them in input order."""
     with Progress(TextColumn("[bold]generating"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
                   TimeElapsedColumn(), transient=True, disable=not show_progress) as progress:
         task = progress.add_task("run", total=len(requests))
-        while engine.has_work():
-            progress.advance(task, len(engine.step()))
-    engine.stats.wall_s += time.perf_counter() - start
-    return requests
+        return run_to_completion(engine, requests, lambda finished: progress.advance(task, len(finished)))
 
 
 def generate_outputs(engine: SpecEngine, requests: list[Request], tokenizer, *, show_progress: bool) -> None:

@@ -25,7 +25,7 @@ from specdec_cli.drafters.base import Drafter, DrafterDeps
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.models import KVCache, Transformer
-from specdec_cli.run.drive import run_requests
+from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.sampling import probs_from_logits
 from specdec_cli.verify.lossless import END
 
@@ -133,7 +133,7 @@ def sample_continuations(engine: SpecEngine, case: PromptCase, num_samples: int,
         )
         for i in range(num_samples)
     ]
-    run_requests(engine, requests)
+    run_to_completion(engine, requests)
     tokens = np.full((num_samples, num_tokens), END, dtype=np.int64)
     for row, request in enumerate(requests):
         output = request.output_token_ids[:num_tokens]

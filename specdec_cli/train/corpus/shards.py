@@ -12,6 +12,7 @@ from typing import Collection, Optional, Union
 
 import numpy as np
 
+from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request
 from specdec_cli.files import atomic_write_bytes
@@ -65,7 +66,4 @@ def run_engine(target: Transformer, requests: list[Request], batch_size: int) ->
     """Complete ``requests`` in place with the plain engine (no drafter), ``batch_size`` at a time."""
     max_len = max(len(r.prompt_token_ids) + r.max_new_tokens for r in requests)
     engine = SpecEngine(target, None, EngineOptions(max_batch_size=batch_size, max_seq_len=max_len))
-    for request in requests:
-        engine.add_request(request)
-    while engine.has_work():
-        engine.step()
+    run_to_completion(engine, requests)
