@@ -92,11 +92,27 @@ def print_run_summary(result: RunResult, output_dir: str) -> None:
         "per-position acceptance": per_position,
         "throughput": f"{metrics['tokens_per_s']:.1f} tokens/s ({metrics['wall_s']:.1f} s, "
         f"{metrics['target_forwards']} target forwards)",
-        "results": output_dir,
     }
+    if "baseline" in metrics:
+        rows.update(baseline_rows(metrics))
     if metrics.get("guard_fallbacks"):
         rows["guard fallbacks"] = str(metrics["guard_fallbacks"])
+    rows["results"] = output_dir
     table = Table(title="run summary", show_header=False, title_justify="left")
     for key, value in rows.items():
         table.add_row(key, Text(value))
     console.print(table)
+
+
+def baseline_rows(metrics: dict) -> dict[str, str]:
+    """The summary rows of a ``baseline=true`` run: the autoregressive throughput, the speed-up, and
+    (greedy runs) whether the outputs are identical."""
+    baseline = metrics["baseline"]
+    rows = {
+        "autoregressive baseline": f"{baseline['tokens_per_s']:.1f} tokens/s ({baseline['wall_s']:.1f} s, "
+        f"{baseline['target_forwards']} target forwards)",
+        "speed-up": f"{metrics['speedup']:.2f}x tokens/s over autoregressive",
+    }
+    if "baseline_identical" in metrics:
+        rows["greedy output = autoregressive"] = "yes" if metrics["baseline_identical"] else "NO (not lossless)"
+    return rows

@@ -9,6 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from specdec_cli.config.hub import is_repo_id, not_cached
 from specdec_cli.config.matrix import MAX_DRAFT_TOKENS, NON_SPECULATIVE
 from specdec_cli.config.methods import method_schemas
 from specdec_cli.config.schema import (
@@ -23,10 +24,11 @@ from specdec_cli.config.schema import (
 from specdec_cli.errors import seed_problem
 
 DRAFT_POLICIES = ("sample", "argmax")
+OBJECTIVES = ("tokens_per_s", "acceptance_length")  # what a Hydra job returns with objective=...
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
 # workload.source -> whether it reads workload.path (jsonl requires it; mt_bench: None = bundled)
-WORKLOAD_SOURCES = {"builtin": False, "mt_bench": True, "jsonl": True, "repetitive": False}
+WORKLOAD_SOURCES = {"builtin": False, "mt_bench": True, "jsonl": True, "repetitive": False, "inline": False}
 # optional method fields (present on some method schemas) -> smallest legal value
 METHOD_MINIMA = {
     "relaxed_topk": 1,
@@ -36,6 +38,8 @@ METHOD_MINIMA = {
     "max_pool_tokens": 1,
     "self_speculative_layers": 1,
     "mask_token_id": 0,
+    "suffix_min_match": 1,
+    "adaptive_probe_every": 1,
 }
 METHOD_PATHS = ("draft_path", "checkpoint")
 # keys a workload.sampler_mix entry may override, with their types
@@ -67,6 +71,10 @@ def check_method(method: MethodConfig) -> list[str]:
         out.append(not_one_of("method.draft_policy", method.draft_policy, DRAFT_POLICIES))
     if method.relaxed_delta < 0:
         out.append(f"method.relaxed_delta={method.relaxed_delta} must be >= 0")
+    if not 0 <= method.draft_confidence < 1:
+        out.append(f"method.draft_confidence={method.draft_confidence} must be in [0, 1) (0 = off)")
+    if method.adaptive_min_accept < 0:
+        out.append(f"method.adaptive_min_accept={method.adaptive_min_accept} must be >= 0 (0 = off)")
     for attr, low in METHOD_MINIMA.items():
         value = getattr(method, attr, None)
         if value is not None and value < low:
@@ -77,7 +85,7 @@ def check_method(method: MethodConfig) -> list[str]:
     for layer in getattr(method, "target_layers", None) or []:
         if layer < 0:
             out.append(f"method.target_layers: layer {layer} must be >= 0")
-    out += [missing_path(f"method.{attr}", getattr(method, attr, None)) for attr in METHOD_PATHS]
+    out += [missing_model_path(f"method.{attr}", getattr(method, attr, None)) for attr in METHOD_PATHS]
     return [line for line in out if line]
 
 
@@ -152,6 +160,9 @@ def check_workload(workload: WorkloadConfig) -> list[str]:
         out.append("workload.source=jsonl needs workload.path=<prompts.jsonl>")
     if workload.path is not None and not WORKLOAD_SOURCES[workload.source]:
         out.append(f"workload.path is not read by workload.source={workload.source}")
+    if (workload.source == "inline") != bool(workload.prompts):
+        out.append("workload.source=inline needs workload.prompts=[...]" if workload.prompts == [] else
+                   f"workload.prompts is read only by workload.source=inline, not {workload.source}")
     if workload.max_new_tokens <= 0:
         out.append(f"workload.max_new_tokens={workload.max_new_tokens} must be > 0")
     out.append(missing_path("workload.path", workload.path))
@@ -169,7 +180,7 @@ def check_model(model: ModelConfig) -> list[str]:
     path = model.path
     if path is not None and Path(path).is_file() and Path(path).suffix != ".gguf":
         out.append(f"model.path={path} must be a HF directory or a .gguf file")
-    out.append(missing_path("model.path", path))
+    out.append(missing_model_path("model.path", path))
     return [line for line in out if line]
 
 
@@ -211,3 +222,12 @@ def missing_path(key: str, path: str | None) -> str:
     if path is None or Path(path).exists():
         return ""
     return f"{key}={path} does not exist"
+
+
+def missing_model_path(key: str, path: str | None) -> str:
+    """``missing_path`` for a model or checkpoint, which may also be a Hugging Face repo id (config/hub.py)."""
+    return not_cached(key, path) if path is not None and is_repo_id(path) else missing_path(key, path)
+
+
+def check_objective(objective: str | None) -> list[str]:
+    return [] if objective is None or objective in OBJECTIVES else [not_one_of("objective", objective, OBJECTIVES)]

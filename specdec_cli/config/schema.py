@@ -32,6 +32,17 @@ class MethodConfig:
     relaxed_acceptance: bool = False
     relaxed_topk: int = 10
     relaxed_delta: float = 0.6
+    # Confidence stop (model drafters): a request's chain stops after its first draft whose own
+    # probability is below this (q(d) when sampled; the draft's softmax at d when greedy). 0: off.
+    draft_confidence: float = 0.0
+    # Suffix enhancer (model drafters): where the request's own prompt + output has a suffix match of
+    # >= suffix_min_match tokens, its drafts are the retrieval continuation (one-hot q) instead.
+    suffix_enhancer: bool = False
+    suffix_min_match: int = 4
+    # Adaptive skip: a request whose running acceptance (EMA of accepted drafts per drafted step)
+    # falls below this drafts nothing, except a probe every adaptive_probe_every steps. 0: off.
+    adaptive_min_accept: float = 0.0
+    adaptive_probe_every: int = 8
 
 
 @dataclass
@@ -143,10 +154,11 @@ class HfModelConfig(ModelConfig):
 @dataclass
 class WorkloadConfig:
     name: str = "quick"
-    source: str = "builtin"  # builtin | mt_bench | jsonl | repetitive
+    source: str = "builtin"  # builtin | mt_bench | jsonl | repetitive | inline
     path: Optional[str] = None  # for source=jsonl (and an override of the mt_bench file)
     num_prompts: int = 4  # <= 0: all
     max_new_tokens: int = 64
+    prompts: list[str] = field(default_factory=list)  # for source=inline: the prompts themselves
     stop: list[str] = field(default_factory=list)
     # Optional per-request sampler overrides cycled over requests, e.g.
     # [{temperature: 0.0}, {temperature: 1.0, top_k: 20}]
@@ -162,6 +174,15 @@ class EngineConfig:
 
 
 @dataclass
+class ServerConfig:
+    """``specdec serve``: where the OpenAI-compatible HTTP server listens."""
+
+    host: str = "127.0.0.1"  # loopback only; "0.0.0.0" exposes it to the network
+    port: int = 8000  # 0: any free port
+    model_name: Optional[str] = None  # the id /v1/models reports; None: model.path or model.name
+
+
+@dataclass
 class RunConfig:
     method: MethodConfig = MISSING
     sampler: SamplerConfig = MISSING
@@ -170,9 +191,16 @@ class RunConfig:
     model: ModelConfig = MISSING
     workload: WorkloadConfig = MISSING
     engine: EngineConfig = field(default_factory=EngineConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     output_dir: Optional[str] = None  # None: Hydra's run directory
     skip_if_done: bool = False  # skip a job whose results.json already exists (sweep re-runs)
     dry_run: bool = False  # validate and write the effective config, but do not load models
+    # tokens_per_s | acceptance_length: the Hydra job returns this metric (a float, for the Optuna
+    # sweeper to maximise) instead of the results dict; None: the dict
+    objective: Optional[str] = None
+    # also run method=none on the same requests, same engine settings and model load (metrics.baseline,
+    # metrics.speedup; greedy runs also record metrics.baseline_identical); single process only
+    baseline: bool = False
 
 
 # --------------------------------------------------------------------------- train

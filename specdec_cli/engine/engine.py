@@ -199,6 +199,7 @@ class SpecEngine:
             self.stats.observe(k, num_emitted)
             request.steps += 1
             request.emitted_tokens += num_emitted
+            request.drafts.append((k, num_emitted - 1))
             # KV holds the fed [last, d_1..d_k]; keep last + accepted drafts.
             self.cache.rewind(request.slot, self.cache.length(request.slot) - (k + 1) + num_emitted)
             self._keep_hidden(request, output, offset, num_emitted)

@@ -4,6 +4,7 @@
   bonus/recovered token (1.0 = speculation bought nothing; at most K+1).
 - ``acceptance_rate``: accepted drafts / proposed drafts.
 - ``per_position_acceptance[i]``: P(draft i+1 accepted | it was proposed).
+- ``accepted_per_step[i]``: verify steps (per request) that accepted exactly i drafts (a histogram).
 - ``time_breakdown_s``: seconds summed over the run's steps in the target forward (verify + prefill),
   drafting and acceptance; ``other`` = the steps' wall time minus those three (scheduling, buffers, Python).
 - ``ttft_s`` / ``tpot_s`` / ``itl_s``: latency {mean, p50, p95, p99} over finished requests (ITL: over
@@ -42,6 +43,7 @@ class SpecStats:
     accepted_drafts: int = 0
     proposed_at: list[int] = field(default_factory=list)  # per draft position
     accepted_at: list[int] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)  # [i]: verify steps that accepted i drafts
     target_forwards: int = 0
     draft_forwards: int = 0
     guard_fallbacks: int = 0  # steps where the proposal guard forced strict acceptance
@@ -66,6 +68,8 @@ class SpecStats:
         for position in range(num_drafts):
             self.proposed_at[position] += 1
             self.accepted_at[position] += position < accepted
+        self.accepted_per_step.extend([0] * (accepted + 1 - len(self.accepted_per_step)))
+        self.accepted_per_step[accepted] += 1
 
     def finished(self, request: "Request") -> None:
         """A request finished: count its output and keep its latency samples."""
@@ -94,6 +98,7 @@ class SpecStats:
             "acceptance_length": self.emitted_tokens / self.verify_steps if self.verify_steps else 0.0,
             "acceptance_rate": self.accepted_drafts / self.proposed_drafts if self.proposed_drafts else 0.0,
             "per_position_acceptance": [a / p for a, p in zip(self.accepted_at, self.proposed_at)],
+            "accepted_per_step": list(self.accepted_per_step),
             "proposed_drafts": self.proposed_drafts,
             "accepted_drafts": self.accepted_drafts,
             "verify_steps": self.verify_steps,

@@ -37,6 +37,7 @@ class Request:
     num_prefilled: int = 0  # prompt tokens already in the target KV cache
     steps: int = 0  # verify steps taken (generation phase)
     emitted_tokens: int = 0  # tokens those verify steps emitted (before stop truncation)
+    drafts: list[tuple[int, int]] = field(default_factory=list)  # (proposed, accepted) drafts per verify step
     finish_reason: Optional[str] = None  # "eos" | "length" | "stop"
     output_text: str = ""
     generator: Optional[torch.Generator] = None
@@ -65,6 +66,14 @@ class Request:
     def acceptance_length(self) -> float:
         """Mean tokens emitted per verify step (bonus/recovered token included); 0.0 before the first."""
         return self.emitted_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """[i]: P(draft i+1 accepted | proposed) over this request's verify steps (empty: never drafted)."""
+        depth = max((proposed for proposed, _ in self.drafts), default=0)
+        proposed_at = [sum(p > i for p, _ in self.drafts) for i in range(depth)]
+        accepted_at = [sum(a > i for _, a in self.drafts) for i in range(depth)]
+        return [a / p for a, p in zip(accepted_at, proposed_at)]
 
     @property
     def ttft_s(self) -> float:

@@ -3,8 +3,9 @@
 ``builtin`` (a few chat prompts), ``mt_bench`` (MT-Bench first turns, bundled or a file of
 ``{"question_id", "turns"}`` lines), ``jsonl`` (a user file: one object per line with ``prompt``
 (a string) or ``messages`` (a chat: ``[{"role", "content"}, ...]``, the last from the user), and
-optional ``id``, ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``) and
-``repetitive`` (synthetic copy/edit tasks whose answers repeat the prompt: where n-gram methods shine).
+optional ``id``, ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``),
+``repetitive`` (synthetic copy/edit tasks whose answers repeat the prompt: where n-gram methods shine)
+and ``inline`` (the prompts listed in the workload's own config, ``workload.prompts``).
 
 Two stages, so that bad input fails before any model loads: ``read_workload`` parses and
 validates (every problem of every row, one ``file:line: ...`` line each, in one ``ConfigError``);
@@ -215,8 +216,12 @@ def read_workload(cfg: WorkloadConfig) -> list[WorkloadRow]:
         rows = [WorkloadRow(f"repeat_{i}", t, {}) for i, t in enumerate(repetitive_prompts(max(cfg.num_prompts, 1)))]
     elif cfg.source == "jsonl":
         rows = _jsonl(cfg.path or "", problems)
+    elif cfg.source == "inline":
+        rows = [WorkloadRow(f"{cfg.name}_{i}", text, {}) for i, text in enumerate(cfg.prompts)]
+        problems += [f"workload.prompts[{i}] is empty" for i, text in enumerate(cfg.prompts) if not text.strip()]
     else:
-        raise ConfigError([f"workload.source={cfg.source!r} is not one of builtin, mt_bench, jsonl, repetitive"])
+        raise ConfigError([f"workload.source={cfg.source!r} is not one of builtin, mt_bench, jsonl, repetitive, "
+                           "inline"])
     if problems:
         raise ConfigError.capped(problems)
     return rows[: cfg.num_prompts] if cfg.num_prompts > 0 else rows

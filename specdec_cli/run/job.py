@@ -6,6 +6,8 @@ from pathlib import Path
 
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
+from specdec_cli.errors import ConfigError
+from specdec_cli.run.baseline import fresh_copy, run_baseline
 from specdec_cli.run.drive import generate_outputs
 from specdec_cli.run.outputs import locked_output_dir, write_results
 from specdec_cli.run.pipeline import build_pipeline
@@ -16,6 +18,9 @@ def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
             show_progress: bool = True) -> RunResult:
     """Run the job ``cfg`` describes and write results.json + outputs.jsonl to ``output_dir``."""
     if cfg.parallelism.tp > 1 or cfg.parallelism.dp > 1:
+        if cfg.baseline:
+            raise ConfigError([f"baseline=true runs in a single process; parallelism={cfg.parallelism.name} "
+                               "has no autoregressive baseline (use parallelism=single)"])
         # torch.distributed and the launcher load only for parallel runs
         from specdec_cli.run.ranks import run_parallel_job
 
@@ -25,8 +30,11 @@ def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
         pipeline = build_pipeline(cfg, effective)
         load_s = time.perf_counter() - load_start
         requests = pipeline.requests
+        originals = [fresh_copy(request) for request in requests] if cfg.baseline else []
         generate_outputs(pipeline.engine, requests, pipeline.tokenizer, show_progress=show_progress)
-        result = RunResult(cfg, effective, run_metrics(pipeline.engine.stats, load_s, len(requests)),
-                           [output_row(request) for request in requests])
+        metrics = run_metrics(pipeline.engine.stats, load_s, len(requests))
+        if cfg.baseline:
+            metrics.update(run_baseline(cfg, effective, pipeline, originals, requests, show_progress=show_progress))
+        result = RunResult(cfg, effective, metrics, [output_row(request) for request in requests])
         write_results(output_dir, result)
     return result

@@ -105,5 +105,6 @@ def test_specdec_run_end_to_end(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (out / "outputs.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     assert set(rows[0]) == {"id", "prompt", "prompt_token_ids", "output_token_ids", "output_text", "steps",
-                            "finish_reason"}
+                            "finish_reason", "acceptance_length", "ttft_s", "tpot_s"}
+    assert all(r["acceptance_length"] >= 1.0 and r["ttft_s"] > 0 for r in rows)
     assert all(0 < len(r["output_token_ids"]) <= 24 for r in rows)
