@@ -1,0 +1,91 @@
+"""Tree acceptance: exact vectors for the greedy walk, and the emitted law equals the target's (chi-square +
+TV) for deterministic and without-replacement siblings, over peaked, near-uniform and disjoint cases."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampling_stats import assert_law
+from specdec_cli.sampling.tree import (
+    tree_accept,
+    tree_depths,
+    tree_greedy_accept,
+    without_replacement_probs,
+)
+
+PARENTS = torch.tensor([-1, -1, -1, 0, 0, 1])  # three root children; two under node 0, one under node 1
+VOCAB = 6
+SAMPLES = 200_000
+
+
+def test_depths_and_topological_order():
+    assert tree_depths(PARENTS).tolist() == [1, 1, 1, 2, 2, 2]
+    with pytest.raises(ValueError):
+        tree_depths(torch.tensor([-1, 2, 0]))
+
+
+def test_greedy_walk_follows_the_target_argmax():
+    tokens, parents = [5, 7, 9, 3, 4, 8], PARENTS.tolist()
+    # root argmax 7 (node 1), then 8 (node 5), then bonus 2
+    assert tree_greedy_accept(tokens, parents, [7, 0, 8, 0, 0, 0, 2]) == ([7, 8, 2], [1, 5])
+    # root argmax 5 (node 0), then 1: no child of node 0 matches
+    assert tree_greedy_accept(tokens, parents, [5, 1, 0, 0, 0, 0, 0]) == ([5, 1], [0])
+    assert tree_greedy_accept(tokens, parents, [6, 0, 0, 0, 0, 0, 0]) == ([6], [])
+
+
+def test_one_hot_target_takes_the_argmax_path():
+    node_tokens = torch.tensor([[1, 2, 3, 4, 5, 0]])
+    targets = torch.zeros(1, 7, VOCAB)
+    for row, token in enumerate([2, 0, 0, 4, 0, 0, 3]):  # root -> 2 (node 1) -> 0 (node 5) -> bonus 3
+        targets[0, row, token] = 1.0
+    tokens, emitted, path = tree_accept(targets, node_tokens, PARENTS)
+    assert tokens.tolist() == [[2, 0, 3]] and emitted.tolist() == [3] and path.tolist() == [[1, 5]]
+
+
+def _laws(case: str, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(target first-token law [V], target law given the first token [V, V], draft laws alike)."""
+    if case == "peaked":
+        t1, t2 = torch.randn(VOCAB, generator=generator) * 3, torch.randn(VOCAB, VOCAB, generator=generator) * 3
+        d1, d2 = t1 + torch.randn(VOCAB, generator=generator), t2 + torch.randn(VOCAB, VOCAB, generator=generator)
+    elif case == "near_uniform":
+        t1, t2 = torch.randn(VOCAB, generator=generator) * 0.1, torch.randn(VOCAB, VOCAB, generator=generator) * 0.1
+        d1, d2 = torch.randn(VOCAB, generator=generator) * 0.1, torch.randn(VOCAB, VOCAB, generator=generator) * 0.1
+    else:  # disjoint: the draft puts its mass where the target has none (and vice versa)
+        half = torch.arange(VOCAB) < VOCAB // 2
+        t1 = torch.where(half, 0.0, float("-inf")) + torch.randn(VOCAB, generator=generator)
+        t2 = torch.where(half, 0.0, float("-inf")).expand(VOCAB, VOCAB) + torch.randn(VOCAB, VOCAB, generator=generator)
+        d1 = torch.where(half, float("-inf"), 0.0) + torch.randn(VOCAB, generator=generator)
+        d2 = torch.where(half, float("-inf"), 0.0).expand(VOCAB, VOCAB) + torch.randn(VOCAB, VOCAB, generator=generator)
+    return t1.softmax(-1), t2.softmax(-1), d1.softmax(-1), d2.softmax(-1)
+
+
+def _draw_children(probs: torch.Tensor, count: int, generator: torch.Generator) -> torch.Tensor:
+    """probs [B, V] -> [B, count] drawn without replacement, in draw order."""
+    return torch.multinomial(probs, count, replacement=False, generator=generator)
+
+
+@pytest.mark.parametrize("case", ["peaked", "near_uniform", "disjoint"])
+@pytest.mark.parametrize("siblings", ["deterministic", "without_replacement"])
+def test_two_token_law_equals_the_target(case, siblings):
+    generator = torch.Generator().manual_seed(len(case) * 7 + len(siblings))
+    p1, p2, q1, q2 = _laws(case, generator)
+    batch = SAMPLES
+    if siblings == "deterministic":  # the draft's top children, the same in every row
+        root = q1.topk(3).indices
+        under0, under1 = q2[root[0]].topk(2).indices, q2[root[1]].topk(1).indices
+        node_tokens = torch.cat([root, under0, under1]).expand(batch, -1).clone()
+        node_draft_probs = None
+    else:
+        root = _draw_children(q1.expand(batch, -1), 3, generator)
+        under0 = _draw_children(q2[root[:, 0]], 2, generator)
+        under1 = _draw_children(q2[root[:, 1]], 1, generator)
+        node_tokens = torch.cat([root, under0, under1], dim=1)
+        node_draft_probs = torch.cat([without_replacement_probs(q1.expand(batch, -1), root),
+                                      without_replacement_probs(q2[root[:, 0]], under0),
+                                      q2[root[:, 1]][:, None]], dim=1)
+    targets = torch.cat([p1.expand(batch, 1, -1), p2[node_tokens]], dim=1)  # row i + 1: after node i
+    tokens, emitted, _ = tree_accept(targets, node_tokens, PARENTS, node_draft_probs, generator)
+    assert int(emitted.min()) >= 1 and int(emitted.max()) <= 3
+    first = tokens[:, 0]
+    second = torch.where(emitted >= 2, tokens[:, 1], torch.multinomial(p2[first], 1, generator=generator)[:, 0])
+    assert_law(first * VOCAB + second, (p1[:, None] * p2).flatten())
