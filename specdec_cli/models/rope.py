@@ -18,7 +18,7 @@ from specdec_cli.models.errors import CacheOverflowError
 def inverse_frequencies(arch: ModelArch) -> tuple[torch.Tensor, float]:
     """Return (inv_freq [head_dim/2] float32, attention scaling applied to cos/sin)."""
     dim, base = arch.head_dim, arch.rope_theta
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim))
     params = dict(arch.rope_scaling or {})
     rope_type = params.get("rope_type", "default")
     if rope_type in ("default", "dynamic"):
@@ -63,8 +63,8 @@ def _yarn(arch: ModelArch, params: dict) -> tuple[torch.Tensor, float]:
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2, device="cpu").float() / dim)
     extrapolation = 1 - ramp
     inv_freq = (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
     return inv_freq, float(attention_factor)
@@ -95,7 +95,9 @@ class RotaryTables(nn.Module):
                 f"dynamic NTK RoPE is supported up to max_position_embeddings="
                 f"{self.arch.max_position_embeddings} positions; asked for {num_positions}"
             )
-        freqs = torch.arange(num_positions, dtype=torch.int64).float()[:, None] * self.inv_freq[None, :]
+        # built on the host (float32, as HF) with explicit devices, then moved once to the tables' device
+        positions = torch.arange(num_positions, dtype=torch.int64, device=self.inv_freq.device).float()
+        freqs = positions[:, None] * self.inv_freq[None, :]
         self.cos = (freqs.cos() * self.scaling).to(dtype=self.cos.dtype, device=self.cos.device)
         self.sin = (freqs.sin() * self.scaling).to(dtype=self.sin.dtype, device=self.sin.device)
 

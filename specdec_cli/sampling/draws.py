@@ -38,16 +38,21 @@ def draw_uniforms(
 
     With a per-row list, row i is drawn from ``generators[i]`` alone (the default RNG where it is None),
     which is what makes seeded rows batch-invariant. One generator or None draws the batch in one call.
+    A generator draws on its own device (the engine creates them on the model's device; a CPU generator
+    with CUDA probs draws on the host and the row is copied once).
     """
     shape = (num_rows, *shape_per_row)
-    if generators is None or isinstance(generators, torch.Generator):
-        return torch.rand(shape, generator=generators, dtype=torch.float64, device=device)
+    if generators is None:
+        return torch.rand(shape, dtype=torch.float64, device=device)
+    if isinstance(generators, torch.Generator):
+        return torch.rand(shape, generator=generators, dtype=torch.float64, device=generators.device).to(device)
     if len(generators) != num_rows:
         raise SamplingError(f"got {len(generators)} generators for {num_rows} rows")
     uniforms = torch.rand(shape, dtype=torch.float64, device=device)
     for row, generator in enumerate(generators):
         if generator is not None:
-            uniforms[row] = torch.rand(shape_per_row, generator=generator, dtype=torch.float64, device=device)
+            uniforms[row] = torch.rand(shape_per_row, generator=generator, dtype=torch.float64,
+                                       device=generator.device)
     return uniforms
 
 
