@@ -66,6 +66,7 @@ class SpecEngine:
         self.buffer = ProposalBuffer(
             options.max_batch_size, options.max_draft_len if drafter is not None else 0, self.vocab_size,
             store_probs=drafter is not None and drafter.has_proposal_distribution and options.rejection,
+            device=target.device,
         )
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []
@@ -96,7 +97,7 @@ class SpecEngine:
         # 1. schedule: admit waiting requests into free KV slots; the batch's sampling parameters, once
         self._admit()
         batch = list(self.active)
-        params = BatchParams.of(batch)
+        params = BatchParams.of(batch, device=self.target.device)
         feeds = [self._feed(request) for request in batch]
 
         # 2. target forward: verify [last, d_1..d_k] for generation requests + prefill chunks, one pass
@@ -139,6 +140,7 @@ class SpecEngine:
         while self.waiting and self.free_slots:
             request = self.waiting.popleft()
             request.slot = self.free_slots.pop()
+            request.place_generator(self.target.device)
             self.cache.rewind(request.slot, 0)
             self.buffer.write_placeholder(request.slot)
             if self.drafter is not None:
@@ -164,7 +166,7 @@ class SpecEngine:
     def _target_forward(self, batch: list[Request], feeds: list[Feed]) -> ForwardOutput:
         self.stats.target_forwards += 1
         return self.target(
-            self.cache, [r.slot for r in batch], [torch.tensor(f.tokens, dtype=torch.int64) for f in feeds],
+            self.cache, [r.slot for r in batch], [torch.tensor(f.tokens, dtype=torch.int64, device=self.target.device) for f in feeds],
             logits_for=[f.num_logits for f in feeds],
             hidden_layers=self.drafter.hidden_layers if self.drafter else (),
             final_hidden=bool(self.drafter and self.drafter.needs_final_hidden),

@@ -23,15 +23,17 @@ PLACEHOLDER_DRAFT_ID = 0  # target-vocabulary id used by placeholder rows
 
 
 class ProposalBuffer:
-    def __init__(self, num_slots: int, max_draft_len: int, vocab_size: int, *, store_probs: bool) -> None:
+    def __init__(self, num_slots: int, max_draft_len: int, vocab_size: int, *, store_probs: bool,
+                 device: torch.device | str = "cpu") -> None:
         self.num_slots = num_slots
         self.max_draft_len = max_draft_len
         self.vocab_size = vocab_size
         rows = num_slots + 1
-        self.draft_tokens = torch.zeros(rows, max(max_draft_len, 1), dtype=torch.int64)
+        # on the model's device, next to the logits that read them
+        self.draft_tokens = torch.zeros(rows, max(max_draft_len, 1), dtype=torch.int64, device=device)
         # [num_slots + 1, max_draft_len, V]; only when acceptance will read a real q
         self.draft_probs: Optional[torch.Tensor] = (
-            torch.zeros(rows, max(max_draft_len, 1), vocab_size, dtype=torch.float32)
+            torch.zeros(rows, max(max_draft_len, 1), vocab_size, dtype=torch.float32, device=device)
             if store_probs and max_draft_len > 0
             else None
         )
@@ -68,8 +70,10 @@ class ProposalBuffer:
 
     def read(self, slots: list[int], k: int) -> tuple[torch.Tensor, Optional[torch.Tensor], bool]:
         """Drafts of ``slots`` at runtime length ``k``: (tokens [R, k], probs [R, k, V] or None,
-        whether every draft has q(d) > 0 under its stored q (True when no q is stored))."""
-        index = torch.tensor(slots, dtype=torch.int64)
+        whether every draft has q(d) > 0 under its stored q (True when no q is stored)).
+        Host syncs: the q(d) > 0 flag (one per group); ``check`` reads a slot's min/max id and the engine
+        its drafts (to feed the verify) -- the step's remaining syncs besides the accepted counts."""
+        index = torch.tensor(slots, dtype=torch.int64, device=self.draft_tokens.device)
         tokens = self.draft_tokens.index_select(0, index)[:, :k]
         if self.draft_probs is None:
             return tokens, None, True

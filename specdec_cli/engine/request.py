@@ -47,7 +47,13 @@ class Request:
 
     def __post_init__(self) -> None:
         if self.params.seed is not None:
-            self.generator = torch.Generator().manual_seed(self.params.seed)
+            self.generator = torch.Generator(device="cpu").manual_seed(self.params.seed)
+
+    def place_generator(self, device: torch.device) -> None:
+        """Re-seed the request's generator on ``device`` (the model's) when it lives elsewhere; the engine calls
+        this on admission, before anything is drawn (a CUDA generator's stream differs from the CPU one)."""
+        if self.generator is not None and self.generator.device != torch.device(device):
+            self.generator = torch.Generator(device=device).manual_seed(self.params.seed)
 
     @property
     def in_prefill(self) -> bool:

@@ -56,7 +56,8 @@ class Rule:
         if self.name == "strict":
             return strict_accept(draft_tokens, sample_tokens(logits, params, target_probs))
         if draft_probs is None:
-            draft_probs = torch.zeros(*draft_tokens.shape, logits.shape[-1], dtype=torch.float32)
+            draft_probs = torch.zeros(*draft_tokens.shape, logits.shape[-1], dtype=torch.float32,
+                                      device=logits.device)
             draft_probs.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
         return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
                                      generators=params.generators)

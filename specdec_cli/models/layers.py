@@ -67,10 +67,10 @@ class RaggedBatch:
         for n in counts:
             offsets.append(total)
             total += n
-        positions = torch.tensor([p for s, n in zip(starts, counts) for p in range(s, s + n)], dtype=torch.int64)
-        slot_ids = torch.tensor([s for s, n in zip(slots, counts) for _ in range(n)], dtype=torch.int64)
         device = rope.cos.device
-        positions, slot_ids = positions.to(device), slot_ids.to(device)
+        positions = torch.tensor([p for s, n in zip(starts, counts) for p in range(s, s + n)], dtype=torch.int64,
+                                 device=device)
+        slot_ids = torch.tensor([s for s, n in zip(slots, counts) for _ in range(n)], dtype=torch.int64, device=device)
         cos, sin = rope.lookup(positions)
         batch = cls(list(slots), list(starts), list(counts), offsets, slot_ids, positions, cos, sin)
         adjacent = list(slots) == list(range(slots[0], slots[0] + len(slots)))
@@ -81,9 +81,11 @@ class RaggedBatch:
 
 def _block_bias(starts: list[int], n: int, *, dtype: torch.dtype) -> torch.Tensor:
     """[R, n, L] additive bias: query i of request r sees keys 0 .. starts[r] + i (L = longest request)."""
-    limits = torch.tensor(starts)[:, None] + torch.arange(n)[None, :]
-    keys = torch.arange(max(starts) + n)
-    return torch.zeros(len(starts), n, len(keys), dtype=dtype).masked_fill_(keys > limits[..., None], float("-inf"))
+    cpu = torch.device("cpu")  # the batched block path runs on CPU only
+    limits = torch.tensor(starts, device=cpu)[:, None] + torch.arange(n, device=cpu)[None, :]
+    keys = torch.arange(max(starts) + n, device=cpu)
+    return torch.zeros(len(starts), n, len(keys), dtype=dtype, device=cpu).masked_fill_(
+        keys > limits[..., None], float("-inf"))
 
 
 class Attention(nn.Module):
