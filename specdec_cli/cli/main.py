@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from specdec_cli.cli import check, report, run, train, verify
+from specdec_cli.cli.completion import COMPLETE_ENV, complete
 from specdec_cli.cli.output import DEBUG_ENV, debug_enabled, error_lines, print_errors
 
 app = typer.Typer(
@@ -42,6 +43,8 @@ def _global_options(
 def main() -> None:
     """Console entry point: run the app, turn every escaping error into lines + an exit code."""
     try:
+        if os.environ.get(COMPLETE_ENV):  # bash asks for completions (cli/completion.py)
+            return complete(app, os.environ.get("COMP_LINE", ""), int(os.environ.get("COMP_POINT") or 0) or None)
         app(prog_name="specdec")
     except run.JobFailed as err:  # its lines were printed by the job
         sys.exit(err.exit_code)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from specdec_cli.cli.completion import script_request
 from specdec_cli.cli.output import (
     console,
     debug_enabled,
@@ -33,6 +35,7 @@ from specdec_cli.cli.output import (
     print_errors,
     print_run_summary,
 )
+from specdec_cli.config.aliases import expand_aliases
 from specdec_cli.config.compose import conf_dir, to_run_config
 from specdec_cli.config.store import register_configs
 from specdec_cli.config.validate import resolve
@@ -61,15 +64,20 @@ def run(ctx: typer.Context) -> None:
     specdec run method=pard dry_run=true hydra.run.dir=out/pard
     specdec run --cfg job          (print the composed config)
     specdec run --hydra-help       (Hydra's own flags)
+    specdec run -m hydra/sweeper=optuna objective=tokens_per_s 'method.num_draft_tokens=range(1,8)'
+    eval "$(specdec run -sc install=bash)"   (shell completion)
     """
+    if (script := script_request(ctx.args)) is not None:
+        print(script)
+        return
     register_configs()
     failures: list[int] = []  # exit codes of failed single-run jobs
 
-    def job(config: DictConfig) -> dict | None:
+    def job(config: DictConfig) -> dict | float | None:
         return guarded_job(_execute, config, failures)
 
     app = hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")
-    with _hydra_process(["specdec run", *ctx.args]):
+    with _hydra_process(["specdec run", *expand_aliases(ctx.args)]):
         app(job)()
     if failures:
         raise JobFailed(failures[0])
@@ -91,8 +99,8 @@ def _hydra_process(argv: list[str]) -> Iterator[None]:
         GlobalHydra.instance().clear()
 
 
-def guarded_job(execute: Callable[[DictConfig], dict | None], config: DictConfig,
-                failures: list[int]) -> dict | None:
+def guarded_job(execute: Callable[[DictConfig], dict | float | None], config: DictConfig,
+                failures: list[int]) -> dict | float | None:
     """Run one Hydra job (``run`` or ``train``); its errors are printed here (see the module docstring)."""
     try:
         return execute(config)
@@ -110,7 +118,8 @@ def guarded_job(execute: Callable[[DictConfig], dict | None], config: DictConfig
         raise JobFailed(code) from err
 
 
-def _execute(config: DictConfig) -> dict | None:
+def _execute(config: DictConfig) -> dict | float | None:
+    """One job; returns the results.json record, or with ``objective=<metric>`` that metric (for Optuna)."""
     cfg = to_run_config(config)
     effective = resolve(cfg)
     read_workload(cfg.workload)  # every row checked in milliseconds, before any model loads (dry runs too)
@@ -122,9 +131,14 @@ def _execute(config: DictConfig) -> dict | None:
         return None
     if cfg.skip_if_done and (output_dir / "results.json").exists():
         console.print(f"skipped: {output_dir / 'results.json'} exists", markup=False)
-        return None
+        return objective_value(json.loads((output_dir / "results.json").read_text()), cfg.objective) if cfg.objective else None
     from specdec_cli.run.job import run_job  # torch and models load only for real runs
 
     result = run_job(cfg, effective, output_dir)
     print_run_summary(result, str(output_dir))
-    return result.to_dict()
+    return objective_value(result.to_dict(), cfg.objective)
+
+
+def objective_value(record: dict, objective: str | None) -> dict | float:
+    """What a job returns: the results.json ``record``, or its ``metrics[objective]`` as a float."""
+    return record if objective is None else float(record["metrics"][objective])

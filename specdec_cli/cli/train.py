@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.table import Table
 from rich.text import Text
 
+from specdec_cli.cli.completion import script_request
 from specdec_cli.cli.output import console
 from specdec_cli.cli.run import JobFailed, _hydra_process, guarded_job
 from specdec_cli.config.compose import _unknown_keys, conf_dir
@@ -37,6 +38,9 @@ def train(ctx: typer.Context) -> None:
     specdec train method=dflash dflash_layers=2
     specdec train --cfg job                  (print the composed config)
     """
+    if (script := script_request(ctx.args)) is not None:  # -sc install=bash: the one specdec script
+        print(script)
+        return
     from specdec_cli.train.methods import train_schemas  # torch loads only for `specdec train`
 
     register_train_configs(train_schemas())

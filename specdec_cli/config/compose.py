@@ -14,6 +14,8 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from specdec_cli.config.aliases import expand_aliases
+from specdec_cli.config.hub import resolve_model_paths
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.config.store import register_configs
 from specdec_cli.errors import ConfigError, SpecdecError
@@ -32,7 +34,9 @@ def conf_dir() -> Path:
 
 
 def compose_config(overrides: list[str]) -> RunConfig:
-    """``conf/config.yaml`` + overrides -> ``RunConfig`` (the compose API: no run dir, no sweep)."""
+    """``conf/config.yaml`` + overrides (``speculative_config`` expanded) -> ``RunConfig`` (the compose API:
+    no run dir, no sweep)."""
+    overrides = expand_aliases(overrides)
     register_configs()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         try:
@@ -43,7 +47,8 @@ def compose_config(overrides: list[str]) -> RunConfig:
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
-    """Convert a composed config; missing values and unknown keys are errors, all at once."""
+    """Convert a composed config; missing values and unknown keys are errors, all at once. Model and
+    checkpoint paths given as Hugging Face repo ids become their local cache snapshots (config/hub.py)."""
     missing = [f"{key} is required: set {key}=..." for key in sorted(OmegaConf.missing_keys(cfg))]
     if missing:
         raise ConfigError(missing)
@@ -52,6 +57,7 @@ def to_run_config(cfg: DictConfig) -> RunConfig:
         raise ConfigError(unknown)
     run_cfg = OmegaConf.to_object(cfg)
     assert isinstance(run_cfg, RunConfig)
+    resolve_model_paths(run_cfg)
     return run_cfg
 
 

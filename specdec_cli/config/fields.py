@@ -27,8 +27,9 @@ DRAFT_POLICIES = ("sample", "argmax")
 OBJECTIVES = ("tokens_per_s", "acceptance_length")  # what a Hydra job returns with objective=...
 DTYPES = ("float32", "bfloat16")
 DEVICES = ("auto", "cpu", "cuda")
-# workload.source -> whether it reads workload.path (jsonl requires it; mt_bench: None = bundled)
-WORKLOAD_SOURCES = {"builtin": False, "mt_bench": True, "jsonl": True, "repetitive": False, "inline": False}
+# workload.source -> whether it reads workload.path (jsonl, spec_bench require it; mt_bench: None = bundled)
+WORKLOAD_SOURCES = {"builtin": False, "mt_bench": True, "jsonl": True, "repetitive": False, "inline": False,
+                    "spec_bench": True}
 # optional method fields (present on some method schemas) -> smallest legal value
 METHOD_MINIMA = {
     "relaxed_topk": 1,
@@ -156,8 +157,8 @@ def check_workload(workload: WorkloadConfig) -> list[str]:
     if workload.source not in WORKLOAD_SOURCES:
         return [not_one_of("workload.source", workload.source, tuple(WORKLOAD_SOURCES))]
     out = []
-    if workload.source == "jsonl" and workload.path is None:
-        out.append("workload.source=jsonl needs workload.path=<prompts.jsonl>")
+    if workload.source in ("jsonl", "spec_bench") and workload.path is None:
+        out.append(f"workload.source={workload.source} needs workload.path=<{workload.source}.jsonl>")
     if workload.path is not None and not WORKLOAD_SOURCES[workload.source]:
         out.append(f"workload.path is not read by workload.source={workload.source}")
     if (workload.source == "inline") != bool(workload.prompts):

@@ -18,6 +18,7 @@ from specdec_cli.config.fields import (
     check_engine,
     check_method,
     check_model,
+    check_objective,
     check_parallelism,
     check_sampler,
     check_workload,
@@ -44,6 +45,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     found.violations += check_model(cfg.model)
     found.violations += check_engine(cfg.engine, cfg.workload)
     found.violations += check_parallelism(cfg.parallelism)
+    found.violations += check_objective(cfg.objective)
     found.violations += check_features(cfg)
     device = _resolve_device(cfg.model.device, hw, found)
     rejection = resolve_rejection(cfg, found)

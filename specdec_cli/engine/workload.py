@@ -1,7 +1,7 @@
 """Workloads: where prompts come from, validated without a tokenizer, then turned into requests.
 
-``builtin`` (a few chat prompts), ``mt_bench`` (MT-Bench first turns, bundled or a file of
-``{"question_id", "turns"}`` lines), ``jsonl`` (a user file: one object per line with ``prompt``
+``builtin`` (a few chat prompts), ``mt_bench`` / ``spec_bench`` (first turns of MT-Bench, bundled, or of a
+file of ``{"question_id", "category", "turns"}`` lines), ``jsonl`` (a user file: one object per line with ``prompt``
 (a string) or ``messages`` (a chat: ``[{"role", "content"}, ...]``, the last from the user), and
 optional ``id``, ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``seed``),
 ``repetitive`` (synthetic copy/edit tasks whose answers repeat the prompt: where n-gram methods shine)
@@ -70,12 +70,15 @@ class WorkloadRow:
     text: str
     overrides: dict[str, Any]
     messages: Optional[tuple[dict[str, str], ...]] = None
+    category: Optional[str] = None  # MT-Bench / Spec-Bench question category (per-category metrics)
 
 
 ROLES = ("system", "user", "assistant")
 JSONL_FORMAT = ("one JSON object per line with 'prompt' (a string) or 'messages' ([{role, content}, ...]), "
                 f"optional 'id' and {', '.join(SAMPLING_FIELDS)}")
 MT_BENCH_FORMAT = 'one JSON object per line with "question_id" and "turns" (a list of strings)'
+SPEC_BENCH_FORMAT = 'one JSON object per line with "question_id", "category" and "turns" (a list of strings)'
+QUESTION_FORMATS = {"mt_bench": ("MT-Bench", MT_BENCH_FORMAT), "spec_bench": ("Spec-Bench", SPEC_BENCH_FORMAT)}
 
 
 def _lines(path: Path, expected: str, problems: list[str]) -> list[tuple[int, str]]:
@@ -117,22 +120,26 @@ def _objects(path: Path, expected: str, problems: list[str]) -> Iterable[tuple[i
         yield number, where, row
 
 
-def _mt_bench(path: Optional[str], problems: list[str]) -> list[WorkloadRow]:
-    source = Path(path) if path else resources.files("specdec_cli.data").joinpath("mt_bench_questions.jsonl")
+def _questions(source: str, path: Optional[str], problems: list[str]) -> list[WorkloadRow]:
+    """First turns of MT-Bench (``path`` None: the bundled copy) or Spec-Bench questions, with their category."""
+    file = Path(path) if path else resources.files("specdec_cli.data").joinpath("mt_bench_questions.jsonl")
+    label, expected = QUESTION_FORMATS[source]
     rows: list[WorkloadRow] = []
     first_line: dict[str, int] = {}
-    for number, where, row in _objects(source, MT_BENCH_FORMAT, problems):
-        turns = row.get("turns")
+    for number, where, row in _objects(file, expected, problems):
+        turns, category = row.get("turns"), row.get("category", "" if source == "spec_bench" else None)
         if "question_id" not in row or not isinstance(turns, list) or not turns:
             hint = "; use workload.source=jsonl for a prompts file" if "prompt" in row or "messages" in row else ""
-            problems.append(f"{where}: expected MT-Bench format: {MT_BENCH_FORMAT}{hint}")
+            problems.append(f"{where}: expected {label} format: {expected}{hint}")
         elif not isinstance(turns[0], str) or not turns[0].strip():
             problems.append(f"{where}: empty first turn")
+        elif category is not None and not (isinstance(category, str) and category.strip()):
+            problems.append(f"{where}: category={category!r} must be a non-empty string")
         else:
-            _append_unique(rows, WorkloadRow(f"mt_bench_{row['question_id']}", turns[0], {}), number, first_line,
-                           where, problems)
+            _append_unique(rows, WorkloadRow(f"{source}_{row['question_id']}", turns[0], {}, category=category),
+                           number, first_line, where, problems)
     if not rows and not problems:
-        problems.append(f"{source}: no MT-Bench questions found; expected {MT_BENCH_FORMAT}")
+        problems.append(f"{file}: no {label} questions found; expected {expected}")
     return rows
 
 
@@ -210,8 +217,8 @@ def read_workload(cfg: WorkloadConfig) -> list[WorkloadRow]:
     problems: list[str] = []
     if cfg.source == "builtin":
         rows = [WorkloadRow(f"quick_{i}", text, {}) for i, text in enumerate(BUILTIN_PROMPTS)]
-    elif cfg.source == "mt_bench":
-        rows = _mt_bench(cfg.path, problems)
+    elif cfg.source in QUESTION_FORMATS:
+        rows = _questions(cfg.source, cfg.path if cfg.source == "mt_bench" else cfg.path or "", problems)
     elif cfg.source == "repetitive":
         rows = [WorkloadRow(f"repeat_{i}", t, {}) for i, t in enumerate(repetitive_prompts(max(cfg.num_prompts, 1)))]
     elif cfg.source == "jsonl":
@@ -221,7 +228,7 @@ def read_workload(cfg: WorkloadConfig) -> list[WorkloadRow]:
         problems += [f"workload.prompts[{i}] is empty" for i, text in enumerate(cfg.prompts) if not text.strip()]
     else:
         raise ConfigError([f"workload.source={cfg.source!r} is not one of builtin, mt_bench, jsonl, repetitive, "
-                           "inline"])
+                           "inline, spec_bench"])
     if problems:
         raise ConfigError.capped(problems)
     return rows[: cfg.num_prompts] if cfg.num_prompts > 0 else rows
@@ -249,7 +256,7 @@ def build_requests(cfg: WorkloadConfig, sampler: SamplerConfig, tokenizer, *, ch
                      else encode_messages(tokenizer, list(row.messages), chat=chat))
         requests.append(Request(
             id=row.id, prompt=row.text, prompt_token_ids=token_ids,
-            params=params, max_new_tokens=max_new, stop=tuple(cfg.stop), eos_token_ids=eos,
+            params=params, max_new_tokens=max_new, stop=tuple(cfg.stop), eos_token_ids=eos, category=row.category,
         ))
     return requests
 

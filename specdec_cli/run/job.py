@@ -11,7 +11,7 @@ from specdec_cli.run.baseline import fresh_copy, run_baseline
 from specdec_cli.run.drive import generate_outputs
 from specdec_cli.run.outputs import locked_output_dir, write_results
 from specdec_cli.run.pipeline import build_pipeline
-from specdec_cli.run.result import RunResult, output_row, run_metrics
+from specdec_cli.run.result import RunResult, category_metrics, output_row, run_metrics
 
 
 def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
@@ -32,7 +32,7 @@ def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
         requests = pipeline.requests
         originals = [fresh_copy(request) for request in requests] if cfg.baseline else []
         generate_outputs(pipeline.engine, requests, pipeline.tokenizer, show_progress=show_progress)
-        metrics = run_metrics(pipeline.engine.stats, load_s, len(requests))
+        metrics = {**run_metrics(pipeline.engine.stats, load_s, len(requests)), **category_metrics(requests)}
         if cfg.baseline:
             metrics.update(run_baseline(cfg, effective, pipeline, originals, requests, show_progress=show_progress))
         result = RunResult(cfg, effective, metrics, [output_row(request) for request in requests])

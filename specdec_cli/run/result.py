@@ -35,6 +35,29 @@ def run_metrics(stats: SpecStats, load_s: float, num_requests: int) -> dict[str,
     return {**stats.summary(), "load_s": load_s, "num_requests": num_requests}
 
 
+def category_metrics(requests: list[Request]) -> dict[str, Any]:
+    """``{"per_category": {category: {num_requests, generated_tokens, acceptance_length, tokens_per_s}}}`` over
+    the requests whose workload names a category (MT-Bench, Spec-Bench); ``{}`` when none does.
+
+    ``tokens_per_s``: the category's output tokens over its requests' summed arrival-to-finish time (with
+    engine.max_batch_size=1 requests run one at a time, so the times add up to the run's generation time)."""
+    groups: dict[str, list[Request]] = {}
+    for request in requests:
+        if request.category is not None:
+            groups.setdefault(request.category, []).append(request)
+    per_category = {}
+    for category, members in sorted(groups.items()):
+        steps = sum(r.steps for r in members)
+        tokens = sum(len(r.output_token_ids) for r in members)
+        seconds = sum(r.finish_s - r.arrival_s for r in members)
+        per_category[category] = {
+            "num_requests": len(members), "generated_tokens": tokens,
+            "acceptance_length": sum(r.emitted_tokens for r in members) / steps if steps else 0.0,
+            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        }
+    return {"per_category": per_category} if per_category else {}
+
+
 def output_row(request: Request) -> dict[str, Any]:
     """One line of outputs.jsonl."""
     return {
