@@ -31,6 +31,7 @@ class Request:
     prompt: str = ""
     stop: tuple[str, ...] = ()
     eos_token_ids: tuple[int, ...] = ()
+    category: Optional[str] = None  # the workload's category of the prompt (per-category metrics)
     # ---- engine state
     output_token_ids: list[int] = field(default_factory=list)
     slot: int = -1
