@@ -15,7 +15,7 @@ from specdec_cli.sampling.params import BatchParams
 
 def find_ngram_continuation(token_ids: list[int], min_n: int, max_n: int, k: int) -> list[int]:
     """Up to ``k`` tokens following the earliest earlier match of the longest suffix n-gram."""
-    seq = torch.tensor(token_ids, dtype=torch.int64)
+    seq = torch.tensor(token_ids, dtype=torch.int64, device="cpu")  # host-side retrieval
     length = seq.numel()
     for n in range(min(max_n, length - 1), min_n - 1, -1):
         suffix = seq[length - n :]

@@ -48,6 +48,18 @@ class KVCache:
             raise ValueError(f"cannot rewind slot {slot} from length {self._lengths[slot]} to {new_length}")
         self._lengths[slot] = new_length
 
+    def keep_rows(self, slot: int, start: int, rows: list[int]) -> None:
+        """Tree verification: keep the entries at positions ``start + rows[j]`` (rows ascending) as
+        positions ``start + j`` of every layer and drop everything after them."""
+        if rows != sorted(set(rows)) or (rows and (rows[0] < 0 or start + rows[-1] >= self._lengths[slot])):
+            raise ValueError(f"slot {slot}: cannot keep rows {rows} after position {start}")
+        if rows != list(range(len(rows))):
+            source = torch.tensor([start + row for row in rows], device=self.k.device)
+            target = torch.arange(start, start + len(rows), device=self.k.device)
+            for buffer in (self.k, self.v):
+                buffer[:, slot, :, target] = buffer[:, slot, :, source]
+        self.rewind(slot, start + len(rows))
+
     def check_fits(self, slot: int, extra_tokens: int) -> None:
         """Raise ``CacheOverflowError`` unless ``extra_tokens`` more entries fit in ``slot``."""
         self._check_slot(slot)

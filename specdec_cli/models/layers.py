@@ -15,6 +15,7 @@ context K/V) combine ``Attention.project``, ``attention.attend`` and ``Attention
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +39,33 @@ class RMSNorm(nn.Module):
         return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
+@dataclass(frozen=True)
+class TreeRows:
+    """One request's new rows as draft-tree nodes (tree verification): ``positions`` [n] their RoPE
+    positions, ``visible`` [n, start + n] bool the slot keys each row may attend to (its cached prefix,
+    its ancestors and itself). The rows are still written to cache positions start .. start + n - 1."""
+
+    positions: list[int]
+    visible: torch.Tensor
+
+    @classmethod
+    def from_parents(cls, start: int, parents: Sequence[int]) -> TreeRows:
+        """Row i's parent is the earlier new row ``parents[i]`` (-1: none, a root at depth 0); every row
+        sees the whole prefix of ``start`` keys, its ancestors and itself, at position start + depth."""
+        n = len(parents)
+        visible = torch.zeros(n, start + n, dtype=torch.bool)
+        visible[:, :start] = True
+        depths = []
+        for i, parent in enumerate(parents):
+            if not -1 <= parent < i:
+                raise ValueError(f"tree row {i}: parent {parent} must be an earlier row or -1")
+            if parent >= 0:
+                visible[i] = visible[parent]
+            visible[i, start + i] = True
+            depths.append(0 if parent < 0 else depths[parent] + 1)
+        return cls([start + depth for depth in depths], visible)
+
+
 @dataclass
 class RaggedBatch:
     """Placement of a ragged batch: request r owns rows ``offsets[r] : offsets[r] + counts[r]`` of
@@ -48,6 +76,7 @@ class RaggedBatch:
     block_bias: [R, n, L] causal limits when several requests bring the same number n of tokens
     in adjacent ascending slots on CPU (batch decode / verify): attention then runs as one
     batched call over the slot block; None otherwise (one call per request).
+    visible: per request, None (causal) or its tree rows' key mask [n, start + n] (``TreeRows``).
     """
 
     slots: list[int]
@@ -59,10 +88,13 @@ class RaggedBatch:
     cos: torch.Tensor
     sin: torch.Tensor
     block_bias: torch.Tensor | None = None
+    visible: list[torch.Tensor | None] | None = None
 
     @classmethod
-    def build(cls, slots: list[int], starts: list[int], counts: list[int], rope: RotaryTables) -> RaggedBatch:
-        """Positions ``starts[r] .. starts[r] + counts[r] - 1`` for each request."""
+    def build(cls, slots: list[int], starts: list[int], counts: list[int], rope: RotaryTables,
+              tree: Optional[Sequence[Optional[TreeRows]]] = None) -> RaggedBatch:
+        """Positions ``starts[r] .. starts[r] + counts[r] - 1`` for each request; a request with
+        ``tree[r]`` takes its RoPE positions and key mask from it (one attention call per request)."""
         offsets, total = [], 0
         for n in counts:
             offsets.append(total)
@@ -71,6 +103,13 @@ class RaggedBatch:
         positions = torch.tensor([p for s, n in zip(starts, counts) for p in range(s, s + n)], dtype=torch.int64,
                                  device=device)
         slot_ids = torch.tensor([s for s, n in zip(slots, counts) for _ in range(n)], dtype=torch.int64, device=device)
+        if tree is not None and any(rows is not None for rows in tree):
+            rope_positions = [p for s, n, rows in zip(starts, counts, tree)
+                              for p in (range(s, s + n) if rows is None else rows.positions)]
+            cos, sin = rope.lookup(torch.tensor(rope_positions, dtype=torch.int64, device=device))
+            visible = [None if rows is None else rows.visible.to(device) for rows in tree]
+            return cls(list(slots), list(starts), list(counts), offsets, slot_ids, positions, cos, sin,
+                       visible=visible)
         cos, sin = rope.lookup(positions)
         batch = cls(list(slots), list(starts), list(counts), offsets, slot_ids, positions, cos, sin)
         adjacent = list(slots) == list(range(slots[0], slots[0] + len(slots)))
@@ -139,10 +178,12 @@ class Attention(nn.Module):
             )
             return self.o_proj(out.reshape(x.shape[0], -1))
         out = q.new_empty(q.shape)
-        for slot, start, n, off in zip(batch.slots, batch.starts, batch.counts, batch.offsets):
+        masks = batch.visible or [None] * len(batch.slots)
+        for slot, start, n, off, mask in zip(batch.slots, batch.starts, batch.counts, batch.offsets, masks):
             end = start + n
             out[off : off + n] = attend(
-                q[off : off + n], k_cache[slot, :, :end], v_cache[slot, :, :end], scale=self.scale, causal=True
+                q[off : off + n], k_cache[slot, :, :end], v_cache[slot, :, :end], scale=self.scale, causal=True,
+                mask=mask,
             )
         return self.o_proj(out.view(x.shape[0], -1))
 

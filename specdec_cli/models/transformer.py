@@ -23,7 +23,7 @@ from specdec_cli.models.arch import ModelArch
 from specdec_cli.models.errors import CacheOverflowError
 from specdec_cli.models.fast_linear import Linear
 from specdec_cli.models.kv_cache import KVCache
-from specdec_cli.models.layers import DecoderLayer, RaggedBatch, RMSNorm
+from specdec_cli.models.layers import DecoderLayer, RaggedBatch, RMSNorm, TreeRows
 from specdec_cli.models.rope import RotaryTables
 
 LogitsFor = Literal["all", "last"] | list[int]
@@ -122,19 +122,26 @@ class Transformer(nn.Module):
         logits_for: LogitsFor = "all",
         hidden_layers: Sequence[int] = (),
         final_hidden: bool = False,
+        tree_parents: Sequence[Sequence[int] | None] | None = None,
     ) -> ForwardOutput:
         """Append new tokens to each request's slot and return their logits / hidden states.
 
         token_ids: a list of 1-D int tensors (one per request) or a flat [T] tensor with
         ``num_new`` (may be omitted for a single request). logits_for: "all" -> [T, V];
         "last" -> [R, V]; list n_r -> the last n_r tokens of each request, concatenated.
+        tree_parents[r] (tree verification): the parent of each new token among request r's new tokens
+        (-1: none), each token attending to the cached prefix, its ancestors and itself at RoPE position
+        start + depth (``TreeRows``); None (default, or per request): causal.
         On any error (overflow, bad ids) no slot length changes.
         """
         ids, counts = _flatten(token_ids, num_new, len(slots))
         self._validate(cache, slots, counts, hidden_layers)
         self.rope.ensure(cache.max_len)
         starts = [cache.length(s) for s in slots]
-        batch = RaggedBatch.build(list(slots), starts, counts, self.rope)
+        tree = None if tree_parents is None else [
+            None if parents is None else TreeRows.from_parents(start, parents)
+            for start, parents in zip(starts, tree_parents)]
+        batch = RaggedBatch.build(list(slots), starts, counts, self.rope, tree)
         rows = _logit_rows(logits_for, batch)
         wanted = set(hidden_layers)
         hidden: dict[int, torch.Tensor] = {}
