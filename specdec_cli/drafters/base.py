@@ -67,9 +67,10 @@ class Proposal:
     @classmethod
     def from_token_lists(cls, drafts: list[list[int]], k: int) -> "Proposal":
         """A one-hot proposal from ragged token lists (retrieval drafters)."""
-        tokens = torch.zeros(len(drafts), k, dtype=torch.int64)
+        host = torch.device("cpu")  # retrieval runs on the host; the engine's buffer copies the drafts once
+        tokens = torch.zeros(len(drafts), k, dtype=torch.int64, device=host)
         for row, draft in enumerate(drafts):
-            tokens[row, : len(draft)] = torch.tensor(draft, dtype=torch.int64)
+            tokens[row, : len(draft)] = torch.tensor(draft, dtype=torch.int64, device=host)
         return cls(tokens=tokens, draft_probs=None, num_drafts=[len(d) for d in drafts])
 
     def target_probs(self, d2t: Optional[torch.Tensor], vocab_size: int) -> torch.Tensor:
@@ -81,7 +82,8 @@ class Proposal:
         if d2t is not None:
             raise ValueError("a drafter with a reduced vocabulary (d2t) must report draft_probs: "
                              "one-hot rows at target ids would land on the wrong draft-vocabulary ids")
-        return torch.zeros(*self.tokens.shape, vocab_size).scatter_(-1, self.tokens[..., None], 1.0)
+        return torch.zeros(*self.tokens.shape, vocab_size, device=self.tokens.device).scatter_(
+            -1, self.tokens[..., None], 1.0)
 
 
 class Drafter(ABC):

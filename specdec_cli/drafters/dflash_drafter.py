@@ -82,8 +82,8 @@ class DFlashDrafter(Drafter):
                 rows[i] = row
         weight = self.draft.head_weight
         context = self.draft.fuse(torch.cat(rows).to(device=weight.device, dtype=weight.dtype))
-        positions = torch.cat([torch.arange(start, end) for _, start, end in spans]).to(weight.device)
-        slot_ids = torch.cat([torch.full((end - start,), r.slot) for r, start, end in spans]).to(weight.device)
+        positions = torch.cat([torch.arange(start, end, device=weight.device) for _, start, end in spans])
+        slot_ids = torch.cat([torch.full((end - start,), r.slot, device=weight.device) for r, start, end in spans])
         for index, (keys, values) in enumerate(self.draft.context_kv(context, positions)):
             k_cache, v_cache = self.cache.layer(index)
             k_cache.transpose(1, 2)[slot_ids, positions] = keys

@@ -57,7 +57,7 @@ class ModelDrafter(Drafter):
             self.cache.rewind(req.slot, shared)
             del cached[shared:]
             feeds.append(req.token_ids[shared:])
-        return [torch.tensor(f, dtype=torch.int64) for f in feeds]
+        return [torch.tensor(f, dtype=torch.int64, device=self.model.device) for f in feeds]
 
     @torch.inference_mode()
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:

@@ -186,7 +186,7 @@ class FeatureDrafter(Drafter):
             counts.append(end - start)
         device = self.head.embed_weight.device
         features = torch.cat([row.to(device=device, dtype=self.head.embed_weight.dtype) for row in rows])
-        return features, torch.tensor(tokens, dtype=torch.int64), counts
+        return features, torch.tensor(tokens, dtype=torch.int64, device=device), counts
 
     def _num_features(self, request: DraftRequest) -> int:
         """How many trailing committed positions the request brought target features for."""

@@ -48,7 +48,7 @@ class PardDrafter(ModelDrafter):
     @torch.inference_mode()
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         feeds = self._catch_up(requests)
-        masks = torch.full((k - 1,), self.mask_token_id, dtype=torch.int64)
+        masks = torch.full((k - 1,), self.mask_token_id, dtype=torch.int64, device=self.model.device)
         logits = self.model(self.cache, [r.slot for r in requests], [torch.cat([fed, masks]) for fed in feeds],
                             logits_for=[k] * len(requests)).logits
         for req, fed in zip(requests, feeds):
