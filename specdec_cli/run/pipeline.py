@@ -20,18 +20,15 @@ from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import MethodConfig, RunConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
-from specdec_cli.engine.adaptive import skip_rule
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request
-from specdec_cli.engine.tree import TreeSpecEngine
 from specdec_cli.engine.workload import build_requests, check_requests, read_workload
 from specdec_cli.models import Transformer, load_model
-from specdec_cli.models.quantize import quantize_model
 
 if TYPE_CHECKING:
     from specdec_cli.parallel.context import RankContext
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.float32}  # int8: weights only
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 DrafterBuilder = Callable[[MethodConfig, DrafterDeps], Optional[Drafter]]
 
@@ -59,19 +56,13 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     dtype = DTYPES[cfg.model.dtype]
     rows = read_workload(cfg.workload) if with_workload else []  # every row validated before the model loads
     target, tokenizer = load_model(cfg.model.path, dtype=dtype, device=device)
-    if cfg.model.dtype == "int8":
-        quantize_model(target)
     deps = DrafterDeps(target=target, num_slots=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
                        vocab_size=target.arch.vocab_size, device=device, dtype=dtype, tokenizer=tokenizer)
     drafter = _drafter_builder(cfg, rank_ctx)(cfg.method, deps)
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template, rows=rows)
     check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)
-    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
-    if cfg.method.tree_topk > 1:
-        engine: SpecEngine = TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
-                                            max_nodes=tree_nodes(cfg.method))
-    else:
-        engine = SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
+    engine = SpecEngine(target, drafter, engine_options(cfg, effective),
+                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     return Pipeline(target, tokenizer, drafter, engine, requests)
 
 
@@ -83,13 +74,7 @@ def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
         draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
         backend=effective.backend,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
-        skip=skip_rule(cfg.method),
     )
-
-
-def tree_nodes(method: MethodConfig) -> int:
-    """Nodes per tree verify: method.max_total_draft_tokens, by default tree_topk * num_draft_tokens."""
-    return method.max_total_draft_tokens or method.tree_topk * method.num_draft_tokens
 
 
 def _drafter_builder(cfg: RunConfig, rank_ctx: Optional[RankContext]) -> DrafterBuilder:
