@@ -44,7 +44,8 @@ def main() -> None:
     """Console entry point: run the app, turn every escaping error into lines + an exit code."""
     try:
         if os.environ.get(COMPLETE_ENV):  # bash asks for completions (cli/completion.py)
-            return complete(app, os.environ.get("COMP_LINE", ""), int(os.environ.get("COMP_POINT") or 0) or None)
+            complete(app, os.environ.get("COMP_LINE", ""), int(os.environ.get("COMP_POINT") or 0) or None)
+            sys.exit(0)
         app(prog_name="specdec")
     except run.JobFailed as err:  # its lines were printed by the job
         sys.exit(err.exit_code)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from specdec_cli.config.hub import local_path
 from specdec_cli.models.arch import ModelArch, UnsupportedArchitectureError
 from specdec_cli.models.errors import ModelLoadError
 from specdec_cli.models.transformer import Transformer
@@ -59,7 +60,8 @@ def load_model(
     device: torch.device | str = "cpu",
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> tuple[Transformer, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) from None / "smollm2_135m" (embedded default), a HF directory or a .gguf file.
+    """Load (model, tokenizer) from None / "smollm2_135m" (embedded default), a HF directory, a .gguf file or
+    a Hugging Face repo id in the local cache (config/hub.py).
 
     The model is in eval mode with ``requires_grad=False``; the tokenizer carries its chat template.
     Raises ``ModelLoadError`` naming the file (and tensor) on any problem.
@@ -67,7 +69,7 @@ def load_model(
     if path_or_name is None or str(path_or_name) == EMBEDDED_NAME:
         directory = cached_gguf_dir(embedded_model_path(), cache_dir, name=EMBEDDED_NAME)
     else:
-        path = Path(path_or_name).expanduser()
+        path = Path(local_path(str(path_or_name)) or "").expanduser()  # a repo id: its cached snapshot
         if path.is_dir():
             directory = path
         elif path.is_file() and path.suffix == ".gguf":
