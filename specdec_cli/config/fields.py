@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec_cli.config.hub import is_repo_id, not_cached
-from specdec_cli.config.matrix import MAX_DRAFT_TOKENS, NON_SPECULATIVE
+from specdec_cli.config.matrix import MAX_DRAFT_TOKENS, MAX_TREE_NODES, NON_SPECULATIVE
 from specdec_cli.config.methods import method_schemas
 from specdec_cli.config.schema import (
     EngineConfig,
@@ -18,6 +18,7 @@ from specdec_cli.config.schema import (
     MethodConfig,
     ModelConfig,
     ParallelismConfig,
+    RunConfig,
     SamplerConfig,
     WorkloadConfig,
 )
@@ -76,6 +77,7 @@ def check_method(method: MethodConfig) -> list[str]:
         out.append(f"method.draft_confidence={method.draft_confidence} must be in [0, 1) (0 = off)")
     if method.adaptive_min_accept < 0:
         out.append(f"method.adaptive_min_accept={method.adaptive_min_accept} must be >= 0 (0 = off)")
+    out += _check_tree_size(method)
     for attr, low in METHOD_MINIMA.items():
         value = getattr(method, attr, None)
         if value is not None and value < low:
@@ -88,6 +90,37 @@ def check_method(method: MethodConfig) -> list[str]:
             out.append(f"method.target_layers: layer {layer} must be >= 0")
     out += [missing_model_path(f"method.{attr}", getattr(method, attr, None)) for attr in METHOD_PATHS]
     return [line for line in out if line]
+
+
+def _check_tree_size(method: MethodConfig) -> list[str]:
+    out = []
+    if method.tree_topk < 1:
+        out.append(f"method.tree_topk={method.tree_topk} must be >= 1 (1 = the chain)")
+    total = method.max_total_draft_tokens
+    if total is not None and not method.num_draft_tokens <= total <= MAX_TREE_NODES:
+        out.append(f"method.max_total_draft_tokens={total} must be in {method.num_draft_tokens}..{MAX_TREE_NODES} "
+                   f"(at least the tree depth, method.num_draft_tokens={method.num_draft_tokens})")
+    return out
+
+
+def check_tree(cfg: RunConfig) -> list[str]:
+    """What a dynamic draft tree (method.tree_topk > 1) cannot be combined with (yet)."""
+    if cfg.method.tree_topk <= 1:
+        return []
+    why = "method.tree_topk > 1 (a dynamic draft tree)"
+    out = []
+    if cfg.engine.max_batch_size != 1:
+        out.append(f"{why} verifies one request at a time: set engine.max_batch_size=1 "
+                   f"(got {cfg.engine.max_batch_size}; batched trees are not implemented)")
+    if cfg.parallelism.tp > 1 or cfg.parallelism.dp > 1 or cfg.parallelism.cp > 1:
+        out.append(f"{why} runs on a single process: parallelism.tp/dp/cp must be 1")
+    if cfg.rejection.mode == "off":
+        out.append(f"{why} always verifies with tree rejection sampling (lossless): rejection=off is not supported")
+    adaptive = [f"method.{name}" for name in ("draft_confidence", "suffix_enhancer", "adaptive_min_accept")
+                if getattr(cfg.method, name)]
+    if adaptive:
+        out.append(f"{why} cannot be combined with {', '.join(adaptive)} (the tree engine does not apply them)")
+    return out
 
 
 def _check_schedule(schedule: dict[int, int], k: int) -> list[str]:

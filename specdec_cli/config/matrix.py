@@ -23,6 +23,7 @@ MODEL_BASED = method_names("model")
 RETRIEVAL = method_names("retrieval")
 NON_SPECULATIVE = method_names("none")
 MAX_DRAFT_TOKENS = 16
+MAX_TREE_NODES = 64  # method.max_total_draft_tokens
 
 # feature key -> what it is called in messages
 FEATURES: dict[str, str] = {
@@ -35,6 +36,7 @@ FEATURES: dict[str, str] = {
     "context_parallel": "context parallelism",
     "guided_decoding": "guided decoding",
     "flashinfer_backend": "the flashinfer backend",
+    "draft_tree": "a dynamic draft tree (method.tree_topk > 1, method.max_total_draft_tokens)",
 }
 
 PLANNED = "not implemented yet (planned)"
@@ -114,6 +116,13 @@ MATRIX: dict[str, dict[str, Support]] = {
         MODEL_BASED,
         Support(True, "needs CUDA and an importable flashinfer (the gpu extra)"),
         Support(False, "no rejection sampling to run: strict acceptance runs in torch"),
+    ),
+    "draft_tree": _only(
+        ("eagle3",),
+        Support(True, "EAGLE-2 dynamic tree verified in one target forward with a tree attention mask; "
+                      "lossless (tree rejection sampling); engine.max_batch_size=1"),
+        Support(False, "only EAGLE-3 expands a draft tree (its head scores every node's children); "
+                       "this drafter proposes a chain"),
     ),
 }
 

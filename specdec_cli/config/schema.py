@@ -43,6 +43,11 @@ class MethodConfig:
     # falls below this drafts nothing, except a probe every adaptive_probe_every steps. 0: off.
     adaptive_min_accept: float = 0.0
     adaptive_probe_every: int = 8
+    # Dynamic draft tree (EAGLE-3; TensorRT-LLM's names): children per node (1: today's chain) and the nodes
+    # sent to one verify forward (None: tree_topk * num_draft_tokens); the tree's depth is num_draft_tokens.
+    tree_topk: int = 1
+    max_total_draft_tokens: Optional[int] = None
+
 
 
 @dataclass

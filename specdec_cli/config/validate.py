@@ -21,6 +21,7 @@ from specdec_cli.config.fields import (
     check_objective,
     check_parallelism,
     check_sampler,
+    check_tree,
     check_workload,
     request_samplers,
 )
@@ -47,6 +48,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     found.violations += check_parallelism(cfg.parallelism)
     found.violations += check_objective(cfg.objective)
     found.violations += check_features(cfg)
+    found.violations += check_tree(cfg)
     device = _resolve_device(cfg.model.device, hw, found)
     rejection = resolve_rejection(cfg, found)
     backend = resolve_backend(cfg, rejection, device, hw, found)

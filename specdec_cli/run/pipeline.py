@@ -22,6 +22,7 @@ from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request
+from specdec_cli.engine.tree import TreeSpecEngine
 from specdec_cli.engine.workload import build_requests, check_requests, read_workload
 from specdec_cli.models import Transformer, load_model
 
@@ -61,8 +62,12 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     drafter = _drafter_builder(cfg, rank_ctx)(cfg.method, deps)
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template, rows=rows)
     check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)
-    engine = SpecEngine(target, drafter, engine_options(cfg, effective),
-                        decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+    decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    if cfg.method.tree_topk > 1:
+        engine: SpecEngine = TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
+                                            max_nodes=tree_nodes(cfg.method))
+    else:
+        engine = SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
     return Pipeline(target, tokenizer, drafter, engine, requests)
 
 
@@ -75,6 +80,11 @@ def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
         backend=effective.backend,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
     )
+
+
+def tree_nodes(method: MethodConfig) -> int:
+    """Nodes per tree verify: method.max_total_draft_tokens, by default tree_topk * num_draft_tokens."""
+    return method.max_total_draft_tokens or method.tree_topk * method.num_draft_tokens
 
 
 def _drafter_builder(cfg: RunConfig, rank_ctx: Optional[RankContext]) -> DrafterBuilder:

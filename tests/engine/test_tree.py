@@ -55,3 +55,83 @@ def test_keep_rows_compacts_the_accepted_path():
     # and decoding goes on from the compacted cache as from the plain one
     after = model(cache, [0, 1], [torch.tensor([7]), torch.tensor([7])])
     torch.testing.assert_close(after.logits[0], after.logits[1], rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- the engine with a tree drafter
+VOCAB = 16
+DRAFT_IDS = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])  # a reduced draft vocabulary (d2t)
+
+
+def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8):
+    from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
+    from specdec_cli.engine.engine import EngineOptions
+    from specdec_cli.engine.tree import TreeSpecEngine
+    from specdec_cli.train.heads import new_eagle3
+
+    head = new_eagle3(target, DRAFT_IDS, hidden_layers=(0, 1, 1), seed=1)
+    drafter = TreeFeatureDrafter(head, target, num_slots=1, max_seq_len=96, policy="sample", topk=topk,
+                                 max_depth=depth)
+    options = EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5, max_draft_len=depth)
+    return TreeSpecEngine(target, drafter, options, max_nodes=nodes)
+
+
+def _generate(engine, prompts, params, max_new):
+    from specdec_cli.engine.request import Request
+
+    params = params if isinstance(params, list) else [params] * len(prompts)
+    requests = [Request(id=str(i), prompt_token_ids=list(p), params=s, max_new_tokens=max_new)
+                for i, (p, s) in enumerate(zip(prompts, params))]
+    for request in requests:
+        engine.add_request(request)
+    while engine.has_work():
+        engine.step()
+    return [r.output_token_ids for r in requests]
+
+
+def test_tree_drafts_respect_topk_depth_and_budget():
+    from specdec_cli.drafters.base import DraftRequest
+
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    drafter = _tree_engine(target, topk=3, depth=3, nodes=7).drafter
+    drafter.add_request(0, PROMPT)
+    tree = drafter.propose_tree(DraftRequest(slot=0, token_ids=PROMPT), depth=3, max_nodes=7)
+    assert len(tree.tokens) == 7 and max(tree.depths) <= 3
+    assert all(p < i for i, p in enumerate(tree.parents))
+    for parent in [-1, *range(7)]:
+        assert sum(p == parent for p in tree.parents) <= 3
+    assert all(token in DRAFT_IDS.tolist() for token in tree.tokens)  # d2t applied (target ids)
+
+
+def test_greedy_tree_equals_autoregressive_greedy():
+    from specdec_cli.engine.engine import EngineOptions, SpecEngine
+    from specdec_cli.engine.request import SamplingParams
+
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    prompts = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9, 9, 3]]
+    greedy = SamplingParams(temperature=0.0)
+    engine = _tree_engine(target)
+    tree_out = _generate(engine, prompts, greedy, 24)
+    plain = SpecEngine(target, None, EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5))
+    assert tree_out == _generate(plain, prompts, greedy, 24)
+    assert engine.stats.accepted_drafts > 0 and engine.stats.target_forwards < plain.stats.target_forwards
+
+
+def test_sampled_tree_follows_the_target_law():
+    from specdec_cli.engine.request import SamplingParams
+    from specdec_cli.testing import exact_sequence_law
+    from specdec_cli.verify.stats import fit
+
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    prompt, num = [3, 1, 4, 1, 5], 1500
+    law = exact_sequence_law(target, prompt, 3, temperature=1.0)
+    engine = _tree_engine(target, topk=4, depth=2, nodes=8)
+    samples = torch.tensor(_generate(engine, [prompt] * num,
+                                     [SamplingParams(temperature=1.0, seed=i) for i in range(num)], 3))
+    assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
+    index = (samples[:, 0] * VOCAB + samples[:, 1]) * VOCAB + samples[:, 2]
+    joint = fit(torch.bincount(index, minlength=law.numel()), law.flatten())
+    assert joint.p_value > 1e-4, joint
+    for position in range(3):
+        marginal = law.sum(dim=[d for d in range(3) if d != position])
+        result = fit(torch.bincount(samples[:, position], minlength=VOCAB), marginal)
+        assert result.passed, (position, result)
