@@ -72,6 +72,7 @@ class SpecEngine:
         self.active: list[Request] = []
         self.free_slots = list(range(options.max_batch_size - 1, -1, -1))
         self.stats = SpecStats()
+        self.stats.backend_usage = self.acceptance.usage
         self.pending_hidden: dict[int, list[tuple[dict[int, torch.Tensor], Optional[torch.Tensor]]]] = {}
 
     def add_request(self, request: Request) -> None:

@@ -54,6 +54,7 @@ class SpecStats:
     draft_s: float = 0.0
     accept_s: float = 0.0
     latency: Latency = field(default_factory=Latency)
+    backend_usage: dict[str, int] = field(default_factory=dict)  # rejection groups per kernel (engine/rules.py)
 
     def observe(self, num_drafts: int, num_emitted: int) -> None:
         """One request's verify step: ``num_drafts`` proposed, ``num_emitted`` tokens out."""
@@ -105,6 +106,7 @@ class SpecStats:
             "generated_tokens": self.generated_tokens,
             "target_forwards": self.target_forwards,
             "guard_fallbacks": self.guard_fallbacks,
+            "backend_usage": dict(self.backend_usage),
             "wall_s": self.wall_s,
             "tokens_per_s": self.generated_tokens / self.wall_s if self.wall_s else 0.0,
             "time_breakdown_s": self.time_breakdown(),

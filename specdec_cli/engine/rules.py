@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 import torch
@@ -23,6 +23,7 @@ from specdec_cli.sampling import (
     sample_tokens,
     strict_accept,
 )
+from specdec_cli.sampling.backend import kernel_backend
 
 RuleName = Literal["argmax", "strict", "rejection", "relaxed"]
 
@@ -34,6 +35,8 @@ class AcceptanceOptions:
     rejection: bool = True  # rejection sampling where the drafter stored drafts (and maybe a q)
     backend: str = "torch"  # rejection kernel: torch | flashinfer
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
+    # rejection groups per kernel that actually ran them, counted where the kernel is called (metrics.backend_usage)
+    usage: dict[str, int] = field(default_factory=lambda: {"torch": 0, "flashinfer": 0}, compare=False)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Rule:
             draft_probs = torch.zeros(*draft_tokens.shape, logits.shape[-1], dtype=torch.float32,
                                       device=logits.device)
             draft_probs.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
+        self.options.usage[kernel_backend(self.options.backend, draft_tokens.shape[1])] += 1
         return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
                                      generators=params.generators)
 

@@ -3,6 +3,11 @@ the validated config chose it (``config/validate.py`` decides the backend; nothi
 
 Both backends share one contract (same shapes, same -1 padding, same acceptance rule ``u * draft < target``).
 flashinfer is imported inside the function only, never when this module is imported.
+
+Randomness on flashinfer: its kernel draws from Philox with a per-row ``seed`` and ``offset`` (int64 tensors of
+length B). Row b's seed is drawn from row b's own generator (the default RNG of the device where it has none),
+offset 0, so a seeded request's stream depends only on its generator, as on the torch backend (the two
+backends' streams differ; both are exact). ``kernel_backend`` says which kernel a call actually runs.
 """
 from __future__ import annotations
 
@@ -11,6 +16,20 @@ from typing import Optional, Sequence
 import torch
 
 from specdec_cli.sampling.acceptance import rejection_sample
+from specdec_cli.sampling.draws import Generators, draw_uniforms
+
+_SEED_RANGE = float(2**53)  # a float64 uniform carries 53 bits
+
+
+def kernel_backend(backend: str, num_drafts: int) -> str:
+    """The kernel a rejection call runs: ``flashinfer`` where configured, except K == 0 (no draft to test:
+    the bonus draw alone, which flashinfer's chain kernel does not take) -> ``torch``."""
+    return "flashinfer" if backend == "flashinfer" and num_drafts > 0 else "torch"
+
+
+def philox_seeds(generators: Generators, num_rows: int, device: torch.device) -> torch.Tensor:
+    """[num_rows] int64 seeds on ``device``: row b's from its own generator (batch-invariant for seeded rows)."""
+    return (draw_uniforms((), generators, num_rows=num_rows, device=device) * _SEED_RANGE).long()
 
 
 def rejection_sample_with(
@@ -22,23 +41,21 @@ def rejection_sample_with(
     *,
     generators: Optional[Sequence[Optional[torch.Generator]]] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rejection_sample`` on the chosen backend (same arguments and outputs).
-
-    flashinfer's ``chain_speculative_sampling`` draws every row from one Philox stream, so batches with a
-    seeded row (a non-None entry in ``generators``) and K == 0 run on the torch implementation, which keeps
-    seeded rows batch-invariant.
-    """
-    seeded = generators is not None and any(g is not None for g in generators)
-    if backend == "torch" or seeded or draft_tokens.shape[1] == 0:
+    """``rejection_sample`` on the chosen backend (same arguments and outputs); seeded and unseeded rows both
+    run on flashinfer when it is the backend (see the module doc for their seeds)."""
+    if kernel_backend(backend, draft_tokens.shape[1]) == "torch":
         return rejection_sample(target_probs, draft_probs, draft_tokens, generator, generators=generators)
     from flashinfer.sampling import chain_speculative_sampling
 
+    batch, device = draft_tokens.shape[0], target_probs.device
+    seeds = philox_seeds(generators if generators is not None else generator, batch, device)
     # flashinfer's kernel names q = target and p = draft internally; its Python keywords match ours.
     tokens, _independent_accepts, accepted_drafts = chain_speculative_sampling(
         draft_probs=draft_probs.float().contiguous(),
         draft_token_ids=draft_tokens.int().contiguous(),
         target_probs=target_probs.float().contiguous(),
         deterministic=True,
-        generator=generator,
+        seed=seeds,
+        offset=torch.zeros(batch, dtype=torch.int64, device=device),
     )
     return tokens.long(), accepted_drafts.long() + 1
