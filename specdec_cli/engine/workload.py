@@ -134,7 +134,7 @@ def _questions(source: str, path: Optional[str], problems: list[str]) -> list[Wo
         elif not isinstance(turns[0], str) or not turns[0].strip():
             problems.append(f"{where}: empty first turn")
         elif category is not None and not (isinstance(category, str) and category.strip()):
-            problems.append(f"{where}: category={category!r} must be a non-empty string")
+            problems.append(f'{where}: "category" must be a non-empty string')
         else:
             _append_unique(rows, WorkloadRow(f"{source}_{row['question_id']}", turns[0], {}, category=category),
                            number, first_line, where, problems)

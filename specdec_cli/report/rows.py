@@ -38,6 +38,7 @@ class ReportRow:
     per_position: tuple[float, ...]
     baseline_key: str  # runs with equal keys are compared with each other
     speedup: Optional[float] = None
+    per_category: tuple[tuple[str, dict[str, Any]], ...] = ()  # (category, metrics) of MT-Bench / Spec-Bench runs
 
 
 def build_rows(runs: tuple[RunRecord, ...] | list[RunRecord]) -> list[ReportRow]:
@@ -64,6 +65,7 @@ def row_from_results(run: str, results: dict[str, Any]) -> ReportRow:
         tokens_per_s=_number(metrics.get("tokens_per_s")),
         per_position=tuple(float(x) for x in metrics.get("per_position_acceptance") or ()),
         baseline_key=baseline_key(run, config, effective),
+        per_category=tuple(sorted((metrics.get("per_category") or {}).items())),
     )
 
 

@@ -5,6 +5,7 @@ import csv
 import io
 from typing import Optional
 
+from specdec_cli.report.categories import category_lines
 from specdec_cli.report.collect import MissingRun
 from specdec_cli.report.rows import ReportRow
 
@@ -73,7 +74,7 @@ def to_markdown(
     align = ["---:" if header in NUMERIC else "---" for header in COLUMNS]
     lines = [f"# {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(_escape(c) for c in display_cells(row)) + " |" for row in rows]
-    lines += ["", SPEEDUP_NOTE + "."]
+    lines += ["", SPEEDUP_NOTE + "."] + category_lines(rows)
     if missing:
         lines += ["", f"## Missing or failed runs ({len(missing)})", ""]
         lines += [f"- `{m.run}`: {m.status}; overrides: `{' '.join(m.overrides) or '?'}`" for m in missing]

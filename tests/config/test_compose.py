@@ -16,7 +16,7 @@ EXPECTED_OPTIONS = {
     "rejection": {"auto", "on", "off"},
     "parallelism": {"single", "tp2", "adp2", "cp2"},
     "model": {"smollm2_135m", "hf"},
-    "workload": {"quick", "mt_bench", "repetitive", "jsonl", "mixed"},
+    "workload": {"quick", "mt_bench", "repetitive", "jsonl", "mixed", "showcase", "spec_bench"},
 }
 ALL_OPTIONS = [(group, option) for group, options in EXPECTED_OPTIONS.items() for option in sorted(options)]
 
@@ -24,7 +24,7 @@ ALL_OPTIONS = [(group, option) for group, options in EXPECTED_OPTIONS.items() fo
 def test_conf_holds_exactly_the_expected_options() -> None:
     found = {group: {p.stem for p in (CONF_DIR / group).glob("*.yaml")} for group in EXPECTED_OPTIONS}
     assert found == EXPECTED_OPTIONS
-    assert sum(len(list((CONF_DIR / group).glob("*.yaml"))) for group in EXPECTED_OPTIONS) == 27
+    assert sum(len(list((CONF_DIR / group).glob("*.yaml"))) for group in EXPECTED_OPTIONS) == 29
     assert {p.name for p in CONF_DIR.glob("*.yaml")} == {"config.yaml", "train.yaml"}
 
 
