@@ -74,6 +74,24 @@ def resolve_rejection(cfg: RunConfig, found: Findings) -> bool:
     return not blockers
 
 
+CUDA_GRAPHS = ("auto", "on", "off")
+
+
+def resolve_cuda_graphs(cfg: RunConfig, device: str, found: Findings) -> bool:
+    """``engine.cuda_graphs``: auto -> on where the model runs on CUDA; on without CUDA is a violation."""
+    requested = cfg.engine.cuda_graphs
+    if requested not in CUDA_GRAPHS:
+        found.violations.append(not_one_of("engine.cuda_graphs", requested, CUDA_GRAPHS))
+        return False
+    if requested == "on" and device != "cuda":
+        found.violations.append("engine.cuda_graphs=on needs a CUDA device (model.device resolved to "
+                                f"{device}); use engine.cuda_graphs=auto or off")
+        return False
+    if requested == "auto":
+        found.reasons.append(f"engine.cuda_graphs=auto -> {'on' if device == 'cuda' else 'off (no CUDA)'}")
+    return requested == "on" or (requested == "auto" and device == "cuda")
+
+
 def resolve_backend(
     cfg: RunConfig, rejection: bool, device: str, hw: Hardware, found: Findings
 ) -> str:

@@ -176,6 +176,7 @@ class EngineConfig:
     max_batch_size: int = 1
     max_seq_len: int = 1024
     prefill_chunk: int = 512  # tokens of one request's prompt per step; <= 0: no chunking
+    cuda_graphs: str = "auto"  # auto | on | off: CUDA graphs for decode batches <= 16 (auto: on with CUDA)
 
 
 @dataclass

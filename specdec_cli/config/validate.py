@@ -11,6 +11,7 @@ from specdec_cli.config.combinations import (
     Findings,
     check_features,
     resolve_backend,
+    resolve_cuda_graphs,
     resolve_rejection,
 )
 from specdec_cli.config.effective import EffectiveConfig
@@ -52,6 +53,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     device = _resolve_device(cfg.model.device, hw, found)
     rejection = resolve_rejection(cfg, found)
     backend = resolve_backend(cfg, rejection, device, hw, found)
+    cuda_graphs = resolve_cuda_graphs(cfg, device, found)
     all_greedy = all(s.temperature == 0 for s in samplers) and (
         cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
     )
@@ -67,6 +69,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         relaxed_acceptance=cfg.method.relaxed_acceptance,
         backend=backend,
         device=device,
+        cuda_graphs=cuda_graphs,
         draft_len_schedule=dict(sorted(cfg.method.draft_len_schedule.items())),
         all_greedy=all_greedy,
         reasons=found.reasons,
