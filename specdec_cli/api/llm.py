@@ -82,6 +82,10 @@ class LLM:
                        max_position_embeddings=self.pipeline.target.arch.position_limit)
         return requests
 
+    def rebuild_engine(self) -> None:
+        """Load a fresh pipeline (target, drafter, engine): after a failed step their state is unknown."""
+        self.pipeline = build_pipeline(self.config, self.effective, with_workload=False)
+
     def stats(self) -> dict[str, Any]:
         """The engine's speculation and latency summary over everything generated so far."""
         return self.pipeline.engine.stats.summary()

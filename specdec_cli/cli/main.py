@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from specdec_cli.cli import check, report, run, train, verify
+from specdec_cli.cli import check, report, run, serve, train, verify
 from specdec_cli.cli.completion import COMPLETE_ENV, complete
 from specdec_cli.cli.output import DEBUG_ENV, debug_enabled, error_lines, print_errors
 
@@ -27,6 +27,7 @@ app.command()(check.check)
 app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar=run.METAVAR)(run.run)
 app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar=run.METAVAR)(train.train)
 app.command()(report.report)
+app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar="[OVERRIDES]")(serve.serve)
 app.command()(verify.verify)
 
 
