@@ -64,7 +64,7 @@ def run(ctx: typer.Context) -> None:
     specdec run method=pard dry_run=true hydra.run.dir=out/pard
     specdec run --cfg job          (print the composed config)
     specdec run --hydra-help       (Hydra's own flags)
-    specdec run -m hydra/sweeper=optuna objective=tokens_per_s 'method.num_draft_tokens=range(1,8)'
+    specdec run -m hydra/sweeper=optuna objective=tokens_per_s 'method.num_draft_tokens=int(interval(1,8))'
     eval "$(specdec run -sc install=bash)"   (shell completion)
     """
     if (script := script_request(ctx.args)) is not None:

@@ -25,6 +25,10 @@ VLLM_METHODS = {
     "deepseek_mtp": "mtp",
     "qwen3_next_mtp": "mtp",
     "ernie_mtp": "mtp",
+    "mimo_mtp": "mtp",
+    "glm4_moe_mtp": "mtp",
+    "longcat_flash_mtp": "mtp",
+    "pangu_ultra_moe_mtp": "mtp",
     "draft_model": "draft_target",
     **{name: name for name in TABLE},
 }

@@ -14,10 +14,8 @@ import yaml
 
 from specdec_cli.cli.completion import BASH_SCRIPT, COMPLETE_ENV
 
-pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
-
-
 def test_joblib_launcher_runs_a_sweep_in_worker_processes(specdec, tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     result = specdec("run", "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "method=none,ngram",
                      "dry_run=true", f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${method.name}")
     assert result.exit_code == 0, result.err
@@ -47,6 +45,23 @@ def test_optuna_maximises_the_objective_a_job_returns(specdec, tmp_path: Path) -
     best = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
     assert best["best_params"] == {"method.num_draft_tokens": 2}
     assert best["best_value"] == 30.0
+
+
+@pytest.mark.parametrize(("tune", "params"), [
+    ("eagle3", {"method.num_draft_tokens", "method.draft_confidence"}),
+    ("eagle3_tree", {"method.num_draft_tokens", "method.tree_topk", "method.max_total_draft_tokens"}),
+])
+def test_tuning_recipes_set_up_an_optuna_study_of_valid_jobs(specdec, tmp_path: Path, tune: str,
+                                                             params: set[str]) -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    shown = specdec("run", f"+tune={tune}", "--cfg", "hydra", "--package", "hydra.sweeper")
+    assert shown.exit_code == 0, shown.err
+    sweeper = yaml.safe_load(shown.out)
+    assert sweeper["direction"] == "maximize" and set(sweeper["params"]) == params
+    result = specdec("run", f"+tune={tune}", "dry_run=true", f"hydra.run.dir={tmp_path}")
+    assert result.exit_code == 0, result.err
+    config = json.loads((tmp_path / "effective.json").read_text())["config"]
+    assert (config["objective"], config["method"]["name"]) == ("tokens_per_s", "eagle3")
 
 
 @pytest.mark.parametrize(("launcher", "target"), [
