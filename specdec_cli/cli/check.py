@@ -25,10 +25,14 @@ COLUMNS = {
     "context_parallel": "CP",
     "guided_decoding": "guided",
     "flashinfer_backend": "flashinfer",
+    "confidence_stop": "conf. stop",
+    "suffix_enhancer": "enhancer",
+    "adaptive_skip": "skip",
 }
 LEGEND = (
     "dyn. K: dynamic draft length; d2t: draft vocabulary mapping; "
-    "TP/ADP/CP: tensor / attention-data / context parallelism"
+    "TP/ADP/CP: tensor / attention-data / context parallelism; conf. stop: method.draft_confidence; "
+    "enhancer: method.suffix_enhancer; skip: method.adaptive_min_accept"
 )
 
 

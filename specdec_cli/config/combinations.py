@@ -35,6 +35,9 @@ def features_in_use(cfg: RunConfig) -> dict[str, bool]:
         "attention_dp": cfg.parallelism.dp > 1,
         "context_parallel": cfg.parallelism.cp > 1,
         "guided_decoding": cfg.sampler.guided_decoding is not None,
+        "confidence_stop": cfg.method.draft_confidence > 0,
+        "suffix_enhancer": cfg.method.suffix_enhancer,
+        "adaptive_skip": cfg.method.adaptive_min_accept > 0,
         "draft_tree": cfg.method.tree_topk > 1 or cfg.method.max_total_draft_tokens is not None,
     }
 

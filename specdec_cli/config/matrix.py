@@ -36,6 +36,9 @@ FEATURES: dict[str, str] = {
     "context_parallel": "context parallelism",
     "guided_decoding": "guided decoding",
     "flashinfer_backend": "the flashinfer backend",
+    "confidence_stop": "the confidence stop (method.draft_confidence)",
+    "suffix_enhancer": "the suffix enhancer (method.suffix_enhancer)",
+    "adaptive_skip": "adaptive skipping (method.adaptive_min_accept)",
     "draft_tree": "a dynamic draft tree (method.tree_topk > 1, method.max_total_draft_tokens)",
 }
 
@@ -61,6 +64,20 @@ TP_REPLICATED_DRAFT = "the draft model is replicated on every rank: its logits a
 ADP_REPLICAS = (
     "each rank runs a whole model replica on its round-robin share of the requests; "
     "no draft logits cross ranks"
+)
+CONFIDENCE_STOP = (
+    "a request's chain stops after its first draft whose own probability is below method.draft_confidence; "
+    "the drafts sent are verified as always (lossless)"
+)
+NO_OWN_PROBABILITY = "a retrieval drafter has no probability of its own drafts (one-hot q) to stop on"
+SUFFIX_OVERRIDE = (
+    "where the request's own text has a suffix match of >= method.suffix_min_match tokens, the retrieval "
+    "continuation replaces the model's drafts with a one-hot q (the q it was drawn from): rejection stays exact"
+)
+ALREADY_RETRIEVAL = "already a retrieval drafter: the enhancer adds suffix matches to a model drafter"
+ADAPTIVE_SKIP = (
+    "a request whose running acceptance is below method.adaptive_min_accept drafts nothing (probing again "
+    "every method.adaptive_probe_every steps); lossless"
 )
 WHOLE_VOCAB_ROWS = (
     "the rejection sampler needs whole-vocabulary target rows per request on one rank "
@@ -117,6 +134,19 @@ MATRIX: dict[str, dict[str, Support]] = {
         Support(True, "needs CUDA and an importable flashinfer (the gpu extra)"),
         Support(False, "no rejection sampling to run: strict acceptance runs in torch"),
     ),
+    "confidence_stop": _every(
+        Support(True, CONFIDENCE_STOP),
+        none=Support(False, NOTHING_TO_VERIFY),
+        ngram=Support(False, NO_OWN_PROBABILITY),
+        suffix=Support(False, NO_OWN_PROBABILITY),
+    ),
+    "suffix_enhancer": _every(
+        Support(True, SUFFIX_OVERRIDE),
+        none=Support(False, NOTHING_TO_VERIFY),
+        ngram=Support(False, ALREADY_RETRIEVAL),
+        suffix=Support(False, ALREADY_RETRIEVAL),
+    ),
+    "adaptive_skip": _every(Support(True, ADAPTIVE_SKIP), none=Support(False, NOTHING_TO_VERIFY)),
     "draft_tree": _only(
         ("eagle3",),
         Support(True, "EAGLE-2 dynamic tree verified in one target forward with a tree attention mask; "

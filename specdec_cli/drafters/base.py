@@ -97,6 +97,9 @@ class Drafter(ABC):
     #: Target layers (output-of-layer-i convention) whose hidden states the drafter needs.
     hidden_layers: tuple[int, ...] = ()
     needs_final_hidden: bool = False
+    #: Confidence stop of a model drafter (``method.draft_confidence``, set by ``build_drafter``; 0: off):
+    #: a request's drafts end with its first draft whose ``own_probability`` is below it (see ``ChainStop``).
+    draft_confidence: float = 0.0
 
     @abstractmethod
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
@@ -130,6 +133,62 @@ def draw_block(logits: torch.Tensor, params: BatchParams) -> tuple[torch.Tensor,
     rows, num, vocab = logits.shape
     ids, probs = draw(logits.reshape(rows * num, vocab), params.repeat_rows(num))
     return ids.view(rows, num), probs.view(rows, num, vocab)
+
+
+def own_probability(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, params: BatchParams) -> torch.Tensor:
+    """The draft's probability of its own drafted token [N]: q(d) (probs [N, Vd]) for sampled rows; for greedy
+    rows (temperature 0, q one-hot) the untempered softmax of ``logits`` [N, Vd] at d (ids [N], draft ids)."""
+    own = probs.gather(-1, ids[:, None])[:, 0]
+    greedy = (params.temperature == 0).to(own.device)
+    if bool(greedy.any()):
+        own = torch.where(greedy, torch.softmax(logits.float(), dim=-1).gather(-1, ids[:, None])[:, 0], own)
+    return own
+
+
+class ChainStop:
+    """The confidence stop of a chain drafter: which rows are still drafting and how many drafts each has.
+
+    A row stops after its first draft whose own probability is below ``threshold`` (0: never). That draft is
+    still sent: it was drawn from the q it reports, and whether later positions exist depends only on drafts
+    already drawn, so verification stays exact at T > 0 (leaving it out would bias the sent tokens toward
+    confident ones). Later drafts of a stopped row are never drawn (no forward, no generator draw)."""
+
+    def __init__(self, num_rows: int, threshold: float) -> None:
+        self.threshold = threshold
+        self.rows = list(range(num_rows))  # rows still drafting, ascending
+        self.lengths = [0] * num_rows  # drafts per row so far
+
+    def params(self, params: BatchParams) -> BatchParams:
+        """The drafting rows' sampling parameters (``params`` itself while every row drafts)."""
+        return params if len(self.rows) == len(self.lengths) else params.select(self.rows)
+
+    def record(self, logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, params: BatchParams) -> list[int]:
+        """One draft per drafting row (``own_probability`` arguments, rows in ``self.rows`` order); returns the
+        positions, in that order, of the rows that go on."""
+        for row in self.rows:
+            self.lengths[row] += 1
+        if self.threshold <= 0:
+            return list(range(len(self.rows)))
+        confident = (own_probability(logits, ids, probs, params) >= self.threshold).tolist()
+        keep = [i for i, ok in enumerate(confident) if ok]
+        self.rows = [self.rows[i] for i in keep]
+        return keep
+
+
+def block_stop(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor, params: BatchParams,
+               threshold: float) -> list[int]:
+    """Block drafters' confidence stop: drafts kept per row of a block (logits [R, n, Vd], ids [R, n] draft ids,
+    probs [R, n, Vd], ``params`` one row per request), up to and including the first one whose own probability
+    is below ``threshold`` (n where none is, and always n at threshold 0). Each position was drawn
+    independently from its q, so cutting after a drawn position keeps verification exact, as ``ChainStop``."""
+    rows, num, vocab = logits.shape
+    if threshold <= 0:
+        return [num] * rows
+    own = own_probability(logits.reshape(-1, vocab), ids.reshape(-1), probs.reshape(-1, vocab),
+                          params.repeat_rows(num)).view(rows, num)
+    below = own < threshold
+    first = torch.where(below.any(dim=1), below.int().argmax(dim=1) + 1, torch.full((rows,), num, device=logits.device))
+    return first.tolist()
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from specdec_cli.config.schema import DflashMethodConfig
-from specdec_cli.drafters.base import (DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, drafting_params,
-                                       draw_block)
+from specdec_cli.drafters.base import (DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, block_stop,
+                                       drafting_params, draw_block)
 from specdec_cli.drafters.dflash import DFlashDraft, load_dflash
 from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.models import KVCache, Transformer
@@ -62,10 +62,10 @@ class DFlashDrafter(Drafter):
         mask = torch.cat([sees_context.expand(-1, size, -1),
                           torch.ones(len(requests), size, size, dtype=torch.bool, device=device)], dim=-1)
         hidden = draft.decode(block, anchors[:, None] + torch.arange(size, device=device), context, mask)
-        tokens, probs = draw_block(draft.logits(hidden[:, 1 : num + 1]).float().cpu(),
-                                   drafting_params(params, self.policy))
+        logits, params = draft.logits(hidden[:, 1 : num + 1]).float(), drafting_params(params, self.policy)
+        tokens, probs = draw_block(logits, params)
         return Proposal(tokens=F.pad(tokens, (0, k - num)), draft_probs=F.pad(probs, (0, 0, 0, k - num)),
-                        num_drafts=[num] * len(requests))
+                        num_drafts=block_stop(logits, tokens, probs, params, self.draft_confidence))
 
     def _catch_up(self, requests: list[DraftRequest]) -> None:
         """Append the context K/V of each slot's committed tokens before its anchor (positions

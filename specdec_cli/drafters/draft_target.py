@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from specdec_cli.config.schema import DraftTargetMethodConfig
-from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, draw, drafting_params
+from specdec_cli.drafters.base import (DRAFTERS, ChainStop, Drafter, DrafterDeps, DraftRequest, Proposal, draw,
+                                       drafting_params)
 from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
@@ -64,15 +65,21 @@ class ModelDrafter(Drafter):
         slots = [r.slot for r in requests]
         feeds = self._catch_up(requests)
         params = drafting_params(params, self.policy)
-        tokens = torch.zeros(len(requests), k, dtype=torch.int64)
-        draft_probs = torch.empty(len(requests), k, self.draft_vocab_size, dtype=torch.float32)
+        tokens = torch.zeros(len(requests), k, dtype=torch.int64, device=self.model.device)
+        draft_probs = torch.zeros(len(requests), k, self.draft_vocab_size, dtype=torch.float32, device=self.model.device)
+        chain = ChainStop(len(requests), self.draft_confidence)
         for step in range(k):
-            logits = self.model(self.cache, slots, feeds, logits_for="last").logits
-            for req, fed in zip(requests, feeds):
-                self.cached_tokens[req.slot].extend(fed.tolist())
-            tokens[:, step], draft_probs[:, step] = draw(logits.float(), params)
-            feeds = [tokens[row, step : step + 1] for row in range(len(requests))]
-        return Proposal(tokens=tokens, draft_probs=draft_probs, num_drafts=[k] * len(requests))
+            rows, row_params = chain.rows, chain.params(params)
+            logits = self.model(self.cache, [slots[r] for r in rows], feeds, logits_for="last").logits.float()
+            for row, fed in zip(rows, feeds):
+                self.cached_tokens[slots[row]].extend(fed.tolist())
+            ids, probs = draw(logits, row_params)
+            tokens[rows, step], draft_probs[rows, step] = ids, probs
+            keep = chain.record(logits, ids, probs, row_params)
+            feeds = [tokens[rows[i], step : step + 1] for i in keep]
+            if not feeds:
+                break
+        return Proposal(tokens=tokens, draft_probs=draft_probs, num_drafts=chain.lengths)
 
 
 @DRAFTERS.register("draft_target")

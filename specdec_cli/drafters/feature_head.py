@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from specdec_cli.drafters.base import Drafter, DraftRequest, Proposal, draw, drafting_params
+from specdec_cli.drafters.base import ChainStop, Drafter, DraftRequest, Proposal, draw, drafting_params
 from specdec_cli.models import KVCache, ModelArch, Transformer
 from specdec_cli.models.fast_linear import Linear, LinearGroup
 from specdec_cli.models.layers import MLP, Attention, RaggedBatch, RMSNorm
@@ -143,13 +143,20 @@ class FeatureDrafter(Drafter):
         out = out[last]
         params = drafting_params(params, self.policy)
         drafted = torch.zeros(len(requests), k, dtype=torch.int64)
-        draft_probs = torch.empty(len(requests), k, self.draft_vocab_size)
+        draft_probs = torch.zeros(len(requests), k, self.draft_vocab_size)
+        chain = ChainStop(len(requests), self.draft_confidence)
         for step in range(k):
-            draft_ids, draft_probs[:, step] = draw(self.head.logits(out).float().cpu(), params)
-            drafted[:, step] = draft_to_target_ids(draft_ids, self.d2t)
+            rows, row_params = chain.rows, chain.params(params)
+            logits = self.head.logits(out).float().cpu()
+            draft_ids, probs = draw(logits, row_params)
+            drafted[rows, step], draft_probs[rows, step] = draft_to_target_ids(draft_ids, self.d2t), probs
+            keep = chain.record(logits, draft_ids, probs, row_params)
+            if not chain.rows:
+                break
             if step + 1 < k:
-                out = self._step(self.head.recycle(out), drafted[:, step].to(device), slots, [1] * len(requests))
-        return Proposal(tokens=drafted, draft_probs=draft_probs, num_drafts=[k] * len(requests))
+                out = self._step(self.head.recycle(out[keep]), drafted[chain.rows, step].to(device),
+                                 [slots[r] for r in chain.rows], [1] * len(chain.rows))
+        return Proposal(tokens=drafted, draft_probs=draft_probs, num_drafts=chain.lengths)
 
     def _step(self, hidden: torch.Tensor, token_ids: torch.Tensor, slots: list[int], counts: list[int]) -> torch.Tensor:
         """Append ``counts[r]`` rows to each slot's head cache; returns the head outputs [T, H]."""

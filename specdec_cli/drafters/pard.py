@@ -23,8 +23,8 @@ from typing import Any, Optional
 import torch
 
 from specdec_cli.config.schema import PardMethodConfig
-from specdec_cli.drafters.base import (DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, drafting_params,
-                                       draw_block)
+from specdec_cli.drafters.base import (DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, block_stop,
+                                       drafting_params, draw_block)
 from specdec_cli.drafters.draft_target import ModelDrafter
 from specdec_cli.drafters.learned import arch_config, save_checkpoint, shipped_checkpoint
 from specdec_cli.errors import ConfigError
@@ -55,8 +55,10 @@ class PardDrafter(ModelDrafter):
             self.cache.rewind(req.slot, self.cache.length(req.slot) - (k - 1))  # masks never stay cached
             self.cached_tokens[req.slot].extend(fed.tolist())
         logits = logits.view(len(requests), k, -1)[..., : self.draft_vocab_size]
-        tokens, probs = draw_block(logits.float().cpu(), drafting_params(params, self.policy))
-        return Proposal(tokens=tokens, draft_probs=probs, num_drafts=[k] * len(requests))
+        logits, params = logits.float(), drafting_params(params, self.policy)
+        tokens, probs = draw_block(logits, params)
+        return Proposal(tokens=tokens, draft_probs=probs,
+                        num_drafts=block_stop(logits, tokens, probs, params, self.draft_confidence))
 
 
 def load_pard(path: str | Path, *, mask_token_id: Optional[int] = None, dtype: torch.dtype = torch.float32,

@@ -16,6 +16,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from specdec_cli.drafters.base import Drafter, DraftRequest
+from specdec_cli.engine.adaptive import AcceptanceTracker, SkipRule
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.proposals import ProposalBuffer
 from specdec_cli.engine.request import Request
@@ -36,6 +37,7 @@ class EngineOptions:
     rejection: bool = True  # rejection sampling where the drafter has a q
     backend: str = "torch"  # rejection kernel: torch | flashinfer
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
+    skip: Optional[SkipRule] = None  # adaptive skipping of requests whose drafts do not pay (None: off)
 
 
 def draft_len_for(batch_size: int, max_draft_len: int, schedule: Optional[dict[int, int]]) -> int:
@@ -74,6 +76,7 @@ class SpecEngine:
         self.stats = SpecStats()
         self.stats.backend_usage = self.acceptance.usage
         self.pending_hidden: dict[int, list[tuple[dict[int, torch.Tensor], Optional[torch.Tensor]]]] = {}
+        self.tracker = AcceptanceTracker(options.skip) if options.skip is not None and drafter is not None else None
 
     def add_request(self, request: Request) -> None:
         needed = len(request.prompt_token_ids) + request.max_new_tokens
@@ -272,8 +275,9 @@ class SpecEngine:
         k = draft_len_for(len(self.active), self.options.max_draft_len, self.options.draft_len_schedule)
         groups: dict[int, list[int]] = {}
         for row, request in enumerate(generating):
+            drafts = self.tracker is None or self.tracker.observe(request)
             # never draft past max_new_tokens (the verify also emits one token of its own)
-            groups.setdefault(max(0, min(k, request.remaining - 1)), []).append(row)
+            groups.setdefault(max(0, min(k, request.remaining - 1)) if drafts else 0, []).append(row)
         for k_r, rows in groups.items():
             slots = [generating[row].slot for row in rows]
             if k_r == 0:
@@ -284,6 +288,8 @@ class SpecEngine:
                                             params.select(rows))
             self.stats.draft_forwards += 1
             self.buffer.write_proposal(slots, proposal, self.drafter.d2t)
+        if self.tracker is not None:
+            self.tracker.sent(generating, self.buffer.num_drafts)
 
     def _draft_request(self, request: Request) -> DraftRequest:
         pending = self.pending_hidden.pop(request.slot, [])

@@ -20,6 +20,7 @@ from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import MethodConfig, RunConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
+from specdec_cli.engine.adaptive import skip_rule
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request
 from specdec_cli.engine.tree import TreeSpecEngine
@@ -79,6 +80,7 @@ def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
         draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
         backend=effective.backend,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
+        skip=skip_rule(cfg.method),
     )
 
 

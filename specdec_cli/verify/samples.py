@@ -22,6 +22,7 @@ import torch
 from specdec_cli.config.schema import MethodConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
+from specdec_cli.engine.adaptive import skip_rule
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.models import KVCache, Transformer
@@ -112,7 +113,7 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
         max_batch_size=setup.batch_size, max_seq_len=max_seq_len, prefill_chunk=0,
         max_draft_len=k if drafter is not None else 0,
         draft_len_schedule=setup.draft_len_schedule or None,
-        rejection=setup.rejection, backend=setup.backend,
+        rejection=setup.rejection, backend=setup.backend, skip=skip_rule(method),
     )
     return SharedPromptEngine(setup.target, drafter, options, case.token_ids)
 

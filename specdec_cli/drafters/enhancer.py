@@ -1,0 +1,92 @@
+"""The suffix enhancer (TensorRT-LLM's suffix-automaton "overrides") around any model drafter.
+
+Per step and request, the suffix automaton of ``drafters/suffix.py`` looks for the longest suffix of the
+request's own prompt + output that occurred earlier. When that match has at least ``min_match`` tokens, the
+request's drafts are the retrieval continuation (what followed the earlier occurrence, up to k tokens) with a
+one-hot q, the q they were "drawn" from; otherwise they are the model's, with the model's q.
+
+Positions: an overridden request sends only retrieval tokens. Its chain ends where the continuation ends
+(the match reached the newest tokens, or a token outside the draft vocabulary: a one-hot q must be a row of
+the draft vocabulary) and is never continued with model drafts, which were conditioned on the model's own
+earlier tokens, not on the retrieval ones. So every sent token's q is exactly the distribution it was drawn
+from and rejection sampling stays exact at T > 0. The model still runs on overridden requests (one draft,
+discarded) so that a drafter fed by target features stays caught up.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from specdec_cli.config.schema import SuffixMethodConfig
+from specdec_cli.drafters.base import Drafter, DraftRequest, Proposal
+from specdec_cli.drafters.suffix import SuffixDrafter
+from specdec_cli.sampling.params import BatchParams
+
+
+class SuffixEnhancer(Drafter):
+    """``model``'s proposals, overridden per request by its own suffix match (see the module doc)."""
+
+    def __init__(self, model: Drafter, *, min_match: int, vocab_size: int) -> None:
+        self.model = model
+        self.retrieval = SuffixDrafter(SuffixMethodConfig(min_match_len=min_match), vocab_size)
+        self.draft_vocab_size, self.d2t = model.draft_vocab_size, model.d2t
+        self.has_proposal_distribution = model.has_proposal_distribution
+        self.hidden_layers, self.needs_final_hidden = model.hidden_layers, model.needs_final_hidden
+        self.draft_id = draft_ids_of(model.d2t, model.draft_vocab_size, vocab_size)
+        self.overridden = 0  # requests whose drafts were the retrieval continuation (one per step)
+
+    def add_request(self, slot: int, prompt_ids: list[int]) -> None:
+        self.model.add_request(slot, prompt_ids)
+        self.retrieval.add_request(slot, prompt_ids)
+
+    def remove_request(self, slot: int, token_ids: list[int]) -> None:
+        self.model.remove_request(slot, token_ids)
+        self.retrieval.remove_request(slot, token_ids)
+
+    def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
+        found = self.retrieval.propose(requests, k, params)
+        lengths = [self._representable(found.tokens[row, :num]) for row, num in enumerate(found.num_drafts)]
+        tokens = torch.zeros(len(requests), k, dtype=torch.int64)
+        probs = torch.zeros(len(requests), k, self.draft_vocab_size)
+        num_drafts = list(lengths)
+        for overridden, rows in _groups(lengths).items():
+            proposal = self.model.propose([requests[r] for r in rows], 1 if overridden else k, params.select(rows))
+            if overridden:
+                continue  # the model only kept up with these requests
+            tokens[rows] = proposal.tokens
+            probs[rows] = proposal.draft_probs if proposal.draft_probs is not None else _one_hot(
+                proposal.tokens, self.draft_vocab_size)
+            for row, num in zip(rows, proposal.num_drafts):
+                num_drafts[row] = num
+        for row, num in enumerate(lengths):
+            if num:
+                tokens[row, :num] = found.tokens[row, :num]
+                probs[row, torch.arange(num), self.draft_id[found.tokens[row, :num]]] = 1.0
+        self.overridden += sum(1 for num in lengths if num)
+        return Proposal(tokens=tokens, draft_probs=probs, num_drafts=num_drafts)
+
+    def _representable(self, tokens: torch.Tensor) -> int:
+        """How many leading ``tokens`` (target ids) have a draft-vocabulary id."""
+        outside = (self.draft_id[tokens] < 0).nonzero()
+        return int(outside[0, 0]) if outside.numel() else tokens.numel()
+
+
+def draft_ids_of(d2t: Optional[torch.Tensor], draft_vocab_size: int, vocab_size: int) -> torch.Tensor:
+    """target id -> draft id [V] int64, -1 where the draft vocabulary has no such token."""
+    lookup = torch.full((vocab_size,), -1, dtype=torch.int64)
+    draft = torch.arange(min(draft_vocab_size, vocab_size) if d2t is None else draft_vocab_size)
+    lookup[draft if d2t is None else draft + d2t.cpu()] = draft
+    return lookup
+
+
+def _groups(lengths: list[int]) -> dict[bool, list[int]]:
+    """Rows by whether the retrieval continuation overrides them (``lengths[row] > 0``)."""
+    groups: dict[bool, list[int]] = {}
+    for row, num in enumerate(lengths):
+        groups.setdefault(num > 0, []).append(row)
+    return groups
+
+
+def _one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    return torch.zeros(*tokens.shape, vocab).scatter_(-1, tokens[..., None], 1.0)
