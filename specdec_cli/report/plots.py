@@ -2,7 +2,8 @@
 
 - ``acceptance_speedup.png``: acceptance length and speed-up per method × sampler (grouped bars);
 - ``per_position_acceptance.png``: P(draft i accepted | proposed) per run;
-- ``tokens_per_s_vs_k.png``: throughput against the draft length K per method × sampler.
+- ``tokens_per_s_vs_k.png``: throughput against the draft length K per method × sampler;
+- ``accepted_per_step.png``: the share of verify steps that accepted 0, 1, ..., K drafts, per run.
 
 Runs that share a bar or a point (other sweeps, temperatures folded into one sampler label)
 are averaged. Every plot is written even without data (it then says so), atomically.
@@ -22,7 +23,8 @@ from matplotlib.figure import Figure
 from specdec_cli.files import atomic_write_bytes
 from specdec_cli.report.rows import ReportRow
 
-PLOT_NAMES = ("acceptance_speedup.png", "per_position_acceptance.png", "tokens_per_s_vs_k.png")
+PLOT_NAMES = ("acceptance_speedup.png", "per_position_acceptance.png", "tokens_per_s_vs_k.png",
+              "accepted_per_step.png")
 
 
 def write_plots(rows: list[ReportRow], out_dir: Path) -> list[str]:
@@ -31,6 +33,7 @@ def write_plots(rows: list[ReportRow], out_dir: Path) -> list[str]:
         acceptance_speedup_figure,
         per_position_figure,
         tokens_per_s_figure,
+        accepted_per_step_figure,
     )
     for name, paint in zip(PLOT_NAMES, painters):
         atomic_write_bytes(out_dir / name, figure_png(paint(rows)))
@@ -134,6 +137,28 @@ def tokens_per_s_figure(rows: list[ReportRow]) -> Figure:
         axes.legend(fontsize="x-small", ncol=2 if len(series) > 8 else 1)
     else:
         _no_data(axes, "no throughput numbers")
+    return figure
+
+
+def accepted_per_step_figure(rows: list[ReportRow]) -> Figure:
+    """Grouped bars: for each speculative run, the share of its verify steps that accepted i drafts."""
+    figure = Figure(figsize=(7, 4.5))
+    axes = figure.subplots()
+    drawn = [row for row in rows if sum(row.accepted_per_step) > 0 and row.k > 0]
+    width = 0.8 / max(len(drawn), 1)
+    for index, row in enumerate(drawn):
+        total = sum(row.accepted_per_step)
+        xs = [i + index * width - 0.4 + width / 2 for i in range(len(row.accepted_per_step))]
+        axes.bar(xs, [n / total for n in row.accepted_per_step], width=width,
+                 label=f"{row.method} {row.sampler} K={row.k}")
+    axes.set_xlabel("drafts accepted in a verify step")
+    axes.set_ylabel("share of verify steps")
+    axes.set_title("accepted tokens per step")
+    if drawn:
+        axes.set_xticks(range(max(len(row.accepted_per_step) for row in drawn)))
+        axes.legend(fontsize="x-small", ncol=2 if len(drawn) > 8 else 1)
+    else:
+        _no_data(axes, "no speculative runs with a step histogram (metrics.accepted_per_step)")
     return figure
 
 

@@ -39,6 +39,8 @@ class ReportRow:
     baseline_key: str  # runs with equal keys are compared with each other
     speedup: Optional[float] = None
     per_category: tuple[tuple[str, dict[str, Any]], ...] = ()  # (category, metrics) of MT-Bench / Spec-Bench runs
+    latency_s: tuple[tuple[str, Optional[float]], ...] = ()  # ("ttft_p50", s), ... for LATENCY x PERCENTILES
+    accepted_per_step: tuple[int, ...] = ()  # [i]: verify steps that accepted i drafts
 
 
 def build_rows(runs: tuple[RunRecord, ...] | list[RunRecord]) -> list[ReportRow]:
@@ -66,7 +68,19 @@ def row_from_results(run: str, results: dict[str, Any]) -> ReportRow:
         per_position=tuple(float(x) for x in metrics.get("per_position_acceptance") or ()),
         baseline_key=baseline_key(run, config, effective),
         per_category=tuple(sorted((metrics.get("per_category") or {}).items())),
+        latency_s=latency_cells(metrics),
+        accepted_per_step=tuple(int(n) for n in metrics.get("accepted_per_step") or ()),
     )
+
+
+LATENCY = ("ttft", "tpot", "itl")  # metrics.<name>_s = {mean, p50, p95, p99}
+PERCENTILES = ("p50", "p95")
+
+
+def latency_cells(metrics: dict[str, Any]) -> tuple[tuple[str, Optional[float]], ...]:
+    """(``ttft_p50``, seconds), ... from results.json's latency metrics (None where a run has none)."""
+    return tuple((f"{name}_{q}", _number((metrics.get(f"{name}_s") or {}).get(q)))
+                 for name in LATENCY for q in PERCENTILES)
 
 
 def method_label(method: dict[str, Any]) -> str:

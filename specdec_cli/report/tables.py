@@ -7,7 +7,9 @@ from typing import Optional
 
 from specdec_cli.report.categories import category_lines
 from specdec_cli.report.collect import MissingRun
-from specdec_cli.report.rows import ReportRow
+from specdec_cli.report.rows import LATENCY, PERCENTILES, ReportRow
+
+LATENCY_COLUMNS = tuple(f"{name.upper()} ms" for name in LATENCY)
 
 # the display columns (terminal and Markdown), in order
 COLUMNS = (
@@ -21,6 +23,7 @@ COLUMNS = (
     "acc. rate",
     "tokens/s",
     "speed-up",
+    *LATENCY_COLUMNS,
 )
 CSV_COLUMNS = (
     "run",
@@ -35,9 +38,13 @@ CSV_COLUMNS = (
     "tokens_per_s",
     "speedup",
     "per_position_acceptance",
+    *(f"{name}_{q}_s" for name in LATENCY for q in PERCENTILES),
+    "accepted_per_step",
     "overrides",
 )
-NUMERIC = frozenset({"K", "acc. length", "acc. rate", "tokens/s", "speed-up"})
+NUMERIC = frozenset({"K", "acc. length", "acc. rate", "tokens/s", "speed-up", *LATENCY_COLUMNS})
+LATENCY_NOTE = ("TTFT (arrival to first token), TPOT (per output token after the first) and ITL (between "
+                "output tokens): p50 / p95 in milliseconds")
 SPEEDUP_NOTE = (
     "speed-up: tokens/s over the method=none run of the same sweep with the same sampler, "
     "workload, model and engine settings (blank: no such run). rejection 'on (greedy)': "
@@ -58,7 +65,18 @@ def display_cells(row: ReportRow) -> list[str]:
         _fmt(row.acceptance_rate, "{:.1%}"),
         _fmt(row.tokens_per_s, "{:.1f}"),
         _fmt(row.speedup, "{:.2f}×"),
+        *latency_cells(row),
     ]
+
+
+def latency_cells(row: ReportRow) -> list[str]:
+    """``p50 / p95`` in milliseconds per latency metric (``LATENCY`` order); blank without numbers."""
+    seconds = dict(row.latency_s)
+    cells = []
+    for name in LATENCY:
+        p50, p95 = (seconds.get(f"{name}_{q}") for q in PERCENTILES)
+        cells.append("" if p50 is None or p95 is None else f"{p50 * 1e3:.1f} / {p95 * 1e3:.1f}")
+    return cells
 
 
 def missing_line(missing: MissingRun) -> str:
@@ -74,7 +92,7 @@ def to_markdown(
     align = ["---:" if header in NUMERIC else "---" for header in COLUMNS]
     lines = [f"# {title}", "", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(_escape(c) for c in display_cells(row)) + " |" for row in rows]
-    lines += ["", SPEEDUP_NOTE + "."] + category_lines(rows)
+    lines += ["", SPEEDUP_NOTE + ".", "", LATENCY_NOTE + "."] + category_lines(rows)
     if missing:
         lines += ["", f"## Missing or failed runs ({len(missing)})", ""]
         lines += [f"- `{m.run}`: {m.status}; overrides: `{' '.join(m.overrides) or '?'}`" for m in missing]
@@ -96,6 +114,8 @@ def to_csv(rows: list[ReportRow], missing: tuple[MissingRun, ...]) -> str:
             "acceptance_rate": _raw(row.acceptance_rate),
             "tokens_per_s": _raw(row.tokens_per_s), "speedup": _raw(row.speedup),
             "per_position_acceptance": " ".join(f"{x:.4f}" for x in row.per_position),
+            **{f"{key}_s": _raw(value) for key, value in row.latency_s},
+            "accepted_per_step": " ".join(str(n) for n in row.accepted_per_step),
             "overrides": "",
         })
     for item in missing:

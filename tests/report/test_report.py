@@ -101,8 +101,8 @@ def test_write_report_writes_tables_and_non_empty_pngs(sweep_dir: Path, tmp_path
     out = tmp_path / "out"
     written = write_report(build_report(sweep_dir), out)
     names = sorted(p.name for p in written)
-    assert names == ["acceptance_speedup.png", "per_position_acceptance.png", "report.csv", "report.md",
-                     "tokens_per_s_vs_k.png"]
+    assert names == ["acceptance_speedup.png", "accepted_per_step.png", "per_position_acceptance.png", "report.csv",
+                     "report.md", "tokens_per_s_vs_k.png"]
     for path in written:
         assert path.parent == out and path.stat().st_size > 0
         if path.suffix == ".png":
@@ -118,3 +118,23 @@ def test_plots_without_speculative_runs_still_render(tmp_path: Path) -> None:
     written = write_report(build_report(tmp_path), tmp_path)
     assert all(p.stat().st_size > 0 for p in written)
     assert build_report(tmp_path).rows[0].run == "."
+
+
+def test_latency_columns_and_step_histogram(tmp_path: Path) -> None:
+    record = results_record("ngram", "greedy")
+    latency = {"ttft_s": {"mean": 0.2, "p50": 0.1, "p95": 0.3, "p99": 0.4},
+               "tpot_s": {"mean": 0.02, "p50": 0.02, "p95": 0.05, "p99": 0.06},
+               "itl_s": {"mean": 0.01, "p50": 0.008, "p95": 0.04, "p99": 0.05}}
+    record["metrics"].update(latency, accepted_per_step=[5, 3, 2, 0, 1])
+    write_job(tmp_path / "spec", ["method=ngram"], record)
+    write_job(tmp_path / "old", ["method=none"], results_record("none", "greedy"))  # written before latency
+    summary = build_report(tmp_path)
+    markdown = to_markdown("t", summary.rows, summary.missing, [])
+    assert "| TTFT ms | TPOT ms | ITL ms |" in markdown and "| 100.0 / 300.0 | 20.0 / 50.0 | 8.0 / 40.0 |" in markdown
+    lines = list(csv.DictReader(io.StringIO(to_csv(summary.rows, summary.missing))))
+    spec = next(line for line in lines if line["run"] == "spec")
+    old = next(line for line in lines if line["run"] == "old")
+    assert float(spec["ttft_p95_s"]) == 0.3 and float(spec["itl_p50_s"]) == 0.008
+    assert spec["accepted_per_step"] == "5 3 2 0 1" and old["ttft_p50_s"] == "" and old["accepted_per_step"] == ""
+    (histogram,) = [p for p in write_report(summary, tmp_path / "out") if p.name == "accepted_per_step.png"]
+    assert histogram.read_bytes()[:8] == PNG_SIGNATURE and histogram.stat().st_size > 5000
