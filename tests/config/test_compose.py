@@ -43,10 +43,10 @@ def test_every_option_composes_into_its_schema(group: str, option: str) -> None:
 
 def test_defaults() -> None:
     cfg = compose_config([])
-    assert (cfg.method.name, cfg.sampler.name, cfg.rejection.mode) == ("ngram", "greedy", "auto")
-    assert (cfg.parallelism.name, cfg.model.name, cfg.workload.name) == ("single", "smollm2_135m", "quick")
-    assert cfg.model.path is None and cfg.workload.num_prompts == 4
-    assert cfg.workload.max_new_tokens == 64 and cfg.method.draft_len_schedule == {}
+    assert (cfg.method.name, cfg.sampler.name, cfg.rejection.mode) == ("suffix", "greedy", "auto")
+    assert (cfg.parallelism.name, cfg.model.name, cfg.workload.name) == ("single", "smollm2_135m", "showcase")
+    assert cfg.model.path is None and cfg.workload.source == "inline" and len(cfg.workload.prompts) == 6
+    assert cfg.baseline and cfg.method.draft_len_schedule == {}
 
 
 def test_sampler_presets() -> None:
@@ -81,8 +81,8 @@ def test_dict_field_is_set_with_double_plus() -> None:
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        ("method.foo=1", "Key 'foo' not in 'NgramMethodConfig'"),
-        ("+method.foo=1", "method.foo is not a field of NgramMethodConfig"),
+        ("method.foo=1", "Key 'foo' not in 'SuffixMethodConfig'"),
+        ("+method.foo=1", "method.foo is not a field of SuffixMethodConfig"),
         ("+foo=1", "foo is not a field of RunConfig"),
         ("method=eagle3 method.min_n=3", "Key 'min_n' not in 'Eagle3MethodConfig'"),
         ("method.num_draft_tokens=abc", "could not be converted to Integer"),
