@@ -26,7 +26,7 @@ from specdec_cli.errors import seed_problem
 
 DRAFT_POLICIES = ("sample", "argmax")
 OBJECTIVES = ("tokens_per_s", "acceptance_length")  # what a Hydra job returns with objective=...
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "int8")  # int8: weight-only, CPU (models/quantize.py)
 DEVICES = ("auto", "cpu", "cuda")
 # workload.source -> whether it reads workload.path (jsonl, spec_bench require it; mt_bench: None = bundled)
 WORKLOAD_SOURCES = {"builtin": False, "mt_bench": True, "jsonl": True, "repetitive": False, "inline": False,
@@ -207,6 +207,8 @@ def check_model(model: ModelConfig) -> list[str]:
     out = []
     if model.dtype not in DTYPES:
         out.append(not_one_of("model.dtype", model.dtype, DTYPES))
+    if model.dtype == "int8" and model.device == "cuda":
+        out.append("model.dtype=int8 (weight-only int8) runs on CPU only; use model.device=cpu or another dtype")
     if model.device not in DEVICES:
         out.append(not_one_of("model.device", model.device, DEVICES))
     if isinstance(model, HfModelConfig) and model.path is None:

@@ -142,7 +142,7 @@ class ParallelismConfig:
 class ModelConfig:
     name: str = "smollm2_135m"
     path: Optional[str] = None  # HF directory or .gguf file; None: the embedded default
-    dtype: str = "float32"  # float32 | bfloat16
+    dtype: str = "float32"  # float32 | bfloat16 | int8 (weight-only int8 target, CPU)
     device: str = "auto"  # auto | cpu | cuda
     chat_template: bool = True
 

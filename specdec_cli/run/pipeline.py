@@ -26,11 +26,12 @@ from specdec_cli.engine.request import Request
 from specdec_cli.engine.tree import TreeSpecEngine
 from specdec_cli.engine.workload import build_requests, check_requests, read_workload
 from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.quantize import quantize_model
 
 if TYPE_CHECKING:
     from specdec_cli.parallel.context import RankContext
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.float32}  # int8: weights only
 
 DrafterBuilder = Callable[[MethodConfig, DrafterDeps], Optional[Drafter]]
 
@@ -58,6 +59,8 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     dtype = DTYPES[cfg.model.dtype]
     rows = read_workload(cfg.workload) if with_workload else []  # every row validated before the model loads
     target, tokenizer = load_model(cfg.model.path, dtype=dtype, device=device)
+    if cfg.model.dtype == "int8":
+        quantize_model(target)
     deps = DrafterDeps(target=target, num_slots=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
                        vocab_size=target.arch.vocab_size, device=device, dtype=dtype, tokenizer=tokenizer)
     drafter = _drafter_builder(cfg, rank_ctx)(cfg.method, deps)

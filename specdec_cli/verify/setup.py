@@ -20,6 +20,7 @@ from specdec_cli.engine.request import SamplingParams
 from specdec_cli.engine.workload import build_requests
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.quantize import quantize_model
 from specdec_cli.run.pipeline import DTYPES
 from specdec_cli.testing import toy_model
 from specdec_cli.verify.samples import EngineSetup, PromptCase
@@ -126,6 +127,8 @@ def _toy_method(cfg: RunConfig) -> RunConfig:
 def _real_target(cfg: RunConfig, dtype: torch.dtype, device: str,
                  num_prompts: int) -> tuple[Transformer, list[PromptCase]]:
     target, tokenizer = load_model(cfg.model.path, dtype=dtype, device=device)
+    if cfg.model.dtype == "int8":
+        quantize_model(target)
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template)
     cases = [
         PromptCase(r.id, tuple(r.prompt_token_ids), r.params, r.eos_token_ids) for r in requests[:num_prompts]

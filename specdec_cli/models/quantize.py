@@ -1,0 +1,122 @@
+"""Weight-only int8 for the CPU target (``model.dtype=int8``): per-output-channel scales, quantised once at load.
+
+Decode on CPU is memory-bound, so reading a weight as 1 byte instead of 4 is what makes it faster. The matmul
+is ``torch._weight_int8pack_mm`` (ATen's weight-only int8 GEMM: int8 weights, one scale per output channel,
+fp32 accumulation, vectorised for bf16 activations; its fp32-activation path is scalar and ~4x slower than
+fp32 oneDNN, measured). So activations enter each linear rounded to bf16 and its output leaves as bf16; the
+residual stream, norms, attention and softmax stay float32.
+
+Exactness: the int8 model is a different model from the fp32 one, but it is deterministic and row-invariant
+(each row is computed alone with the same reduction order, and the bf16 rounding is per element), so greedy
+speculative output with an int8 target equals greedy autoregressive output with the same int8 target.
+
+Scales are rounded to bf16 *before* quantising (the kernel reads them as bf16), so the stored scale is the
+one the weights were divided by. The embedding stays float32 (a lookup reads one row per token); the LM head
+is quantised like every other linear.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from specdec_cli.models.errors import ModelLoadError
+from specdec_cli.models.fast_linear import Linear
+from specdec_cli.models.transformer import Transformer
+
+#: The activation dtype the int8 kernel is fast for on CPU (see the module docstring).
+ACTIVATION_DTYPE = torch.bfloat16
+
+
+def int8_unsupported_reason(device: torch.device | str) -> Optional[str]:
+    """Why weight-only int8 cannot run on ``device`` (None when it can)."""
+    if torch.device(device).type != "cpu":
+        return f"weight-only int8 runs on CPU only, not on {torch.device(device).type}"
+    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+        return f"this torch build ({torch.__version__}) lacks the int8 weight-only kernel (_weight_int8pack_mm)"
+    return None
+
+
+def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [N, K] float -> (int8 [N, K], scale [N] bf16) with weight ~= int8 * scale per row."""
+    amax = weight.detach().float().abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
+    scale = (amax / 127).to(ACTIVATION_DTYPE)
+    values = torch.round(weight.detach().float() / scale.float()[:, None]).clamp_(-127, 127)
+    return values.to(torch.int8).contiguous(), scale
+
+
+class Int8Linear(nn.Module):
+    """``y = (x @ qweight.T) * scale + bias``: x [..., K] float32 -> [..., N] float32 (bf16-rounded matmul)."""
+
+    row_invariant = True  # always: nothing to switch (read by ``Transformer.row_invariant``)
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor]) -> None:
+        super().__init__()
+        self.out_features, self.in_features = qweight.shape
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linears(cls, *linears: Linear) -> Int8Linear:
+        """One int8 linear over the concatenated outputs of ``linears`` (same input, all or no biases)."""
+        weight = torch.cat([lin.weight.detach() for lin in linears])
+        biases = [lin.bias.detach() for lin in linears if lin.bias is not None]
+        qweight, scale = quantize_weight(weight)
+        return cls(qweight, scale, torch.cat(biases).float() if biases else None)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2d = x.reshape(-1, self.in_features).to(ACTIVATION_DTYPE)
+        y = torch._weight_int8pack_mm(x2d, self.qweight, self.scale).float()
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+class Int8Group:
+    """Several projections of one input (q/k/v, gate/up) as one int8 GEMM; same interface as ``LinearGroup``."""
+
+    def __init__(self, fused: Int8Linear, sizes: list[int]) -> None:
+        self.fused, self.sizes = fused, sizes
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """x [..., in] -> one output [..., out_i] per projection (views into one buffer)."""
+        return list(self.fused(x).split(self.sizes, dim=-1))
+
+
+def quantize_model(model: Transformer) -> Transformer:
+    """Replace every linear of ``model`` (decoder layers and LM head) by weight-only int8, in place
+    (``ModelLoadError`` naming the reason where the device cannot run it).
+
+    Grouped projections (q/k/v, gate/up) are concatenated once into one int8 weight; the separate
+    ``q_proj`` ... modules become views of its rows, so every HF-named module still exists.
+    """
+    reason = int8_unsupported_reason(model.device)
+    if reason is not None:
+        raise ModelLoadError(f"model.dtype=int8: {reason}")
+    with torch.no_grad():
+        for layer in model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.qkv = _group(attn, ("q_proj", "k_proj", "v_proj"))
+            mlp.gate_up = _group(mlp, ("gate_proj", "up_proj"))
+            attn.o_proj = Int8Linear.from_linears(attn.o_proj)
+            mlp.down_proj = Int8Linear.from_linears(mlp.down_proj)
+        model.lm_head = Int8Linear.from_linears(model.lm_head)
+    return model
+
+
+def _group(owner: nn.Module, names: tuple[str, ...]) -> Int8Group:
+    """Fuse ``owner``'s linears ``names`` into one ``Int8Linear``; each name becomes a row slice of it."""
+    linears = [getattr(owner, name) for name in names]
+    fused = Int8Linear.from_linears(*linears)
+    start = 0
+    for name, lin in zip(names, linears):
+        rows = slice(start, start + lin.out_features)
+        bias = None if fused.bias is None else fused.bias[rows]
+        setattr(owner, name, Int8Linear(fused.qweight[rows], fused.scale[rows], bias))
+        start += lin.out_features
+    return Int8Group(fused, [lin.out_features for lin in linears])
