@@ -85,11 +85,10 @@ class EngineLoop:
                 continue
             try:
                 finished = engine.step()
+                self._publish(engine.active, finished)  # a fault here leaves the engine unknown as well
             except Exception as err:  # noqa: BLE001 - the server outlives a failed step
                 log.exception("engine step failed; failing its batch and rebuilding the engine")
                 self._fail_batch(f"internal error in an engine step: {type(err).__name__}: {err}")
-                continue
-            self._publish(engine.active, finished)
 
     def _admit(self, *, block: bool) -> None:
         """Move submitted requests into the engine (waiting for one when ``block``)."""
