@@ -30,7 +30,7 @@ try:
 except ImportError:  # the private helper moved or disappeared in this transformers version
     hf_speculative_sampling = None
 
-BATCHES, DRAFT_LENGTHS, VOCABS = (1, 8, 64), (4, 8), (32_000, 128_256)
+BATCHES, DRAFT_LENGTHS, VOCABS = (1, 8, 64), (4, 8), (32_000, 49_152, 128_256)  # 49152: SmolLM2
 
 
 @dataclass

@@ -7,9 +7,10 @@ its argmax exactly and a zero-weight token is never returned. Chunk masses are f
 tokens and every cumulative sum is float64, so no token loses its mass to rounding (a float32 cumsum over a
 128k vocabulary silently drops tokens below about 6e-8).
 
-The scan is two-level so that the rows are read from memory once: a first pass over the vocabulary (in
-cache-sized blocks on CPU) computes the mass of every 256-token chunk, the uniform picks a chunk, and only
-that chunk is re-read to pick the token.
+The scan is two-level so that the rows are read from memory once: a first pass computes the mass of every
+256-token chunk, the uniform picks a chunk, and only that chunk is re-read to pick the token. On CPU the first
+pass runs entry by entry through two one-row buffers that stay in cache (each row is read from memory once, and
+no batch-sized copy is made); on accelerators it runs over the whole batch.
 """
 from __future__ import annotations
 
@@ -23,12 +24,9 @@ from specdec_cli.sampling.probs import SamplingError
 Generators = Union[torch.Generator, Sequence[Optional[torch.Generator]], None]
 """None (the default RNG), one generator for the whole batch, or one (possibly None) generator per row."""
 
-# Two-level scan on CPU: pass 1 reads blocks of about CPU_BLOCK_ELEMENTS (rows x columns, so that the block
-# stays in cache) and sums them per CPU_CHUNK columns. The chunk is fixed, and a chunk's sum does not depend
-# on the block width, so a row's draw never depends on the rest of the batch. On accelerators one block and
-# one chunk span the whole vocabulary.
+# Chunk width of the two-level scan on CPU. The chunk is fixed and a chunk's sum depends only on its own row,
+# so a row's draw never depends on the rest of the batch. On accelerators one chunk spans the vocabulary.
 CPU_CHUNK = 256
-CPU_BLOCK_ELEMENTS = 1 << 18
 
 
 def draw_uniforms(
@@ -84,25 +82,13 @@ def sample_target_or_residual(
     """
     batch, _, vocab = target_probs.shape
     device = target_probs.device
-    block, chunk = _scan_widths(batch, vocab, device)
+    chunk = min(vocab, CPU_CHUNK) if device.type == "cpu" else vocab
     target = _Rows.of(target_probs, target_row)
     draft = None if draft_probs is None else _Rows.of(draft_probs, draft_row)
 
-    # Pass 1: float32 masses [B, chunks] of every chunk of the target rows and of the residuals.
-    target_mass, residual_mass = [], []
-    for start in range(0, vocab, block):
-        target_part = target.columns(start, block)
-        target_mass.append(_chunk_sums(target_part, chunk))
-        if draft is not None:
-            draft_part = draft.columns(start, block)
-            residual_part = torch.sub(target_part, draft_part, out=draft_part).clamp_(min=0)
-            residual_mass.append(_chunk_sums(residual_part, chunk))
-    mass = torch.cat(target_mass, dim=-1)
-    residual_on = torch.zeros(batch, dtype=torch.bool, device=device)
-    if draft is not None:
-        residual = torch.cat(residual_mass, dim=-1)
-        residual_on = use_residual & (residual.sum(dim=-1) > 0)
-        mass = torch.where(residual_on[:, None], residual, mass)
+    # Pass 1: float32 masses [B, chunks] of every chunk of each entry's row (its residual where it is on).
+    chunks = _chunk_masses_by_row if device.type == "cpu" else _chunk_masses_by_batch
+    mass, residual_on = chunks(target, draft, use_residual, vocab, chunk)
 
     # Pass 2: the uniform picks a chunk, then a token inside it against the chunk's float64 cumulative sum.
     mass = mass.double()
@@ -123,13 +109,46 @@ def sample_target_or_residual(
     return start + _first_above(cdf, fraction * cdf[:, -1])
 
 
-def _scan_widths(batch: int, vocab: int, device: torch.device) -> tuple[int, int]:
-    """(pass-1 block width, chunk width) in columns; the block is a multiple of the chunk unless it is V."""
-    if device.type != "cpu":
-        return vocab, vocab
-    chunk = min(vocab, CPU_CHUNK)
-    block = max(CPU_BLOCK_ELEMENTS // max(batch, 1) // chunk, 16) * chunk
-    return min(block, vocab), chunk
+def _chunk_masses_by_row(
+    target: _Rows, draft: Optional[_Rows], use_residual: Optional[torch.Tensor], vocab: int, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """CPU: (masses [B, chunks], residual_on [B]), one entry at a time through two one-row buffers.
+
+    Each entry's target (and draft) row is copied into a buffer that stays in cache while it is summed,
+    subtracted, clamped and summed again, so every row is read from memory once; no host reads.
+    """
+    batch, num_chunks = target.index.numel(), -(-vocab // chunk)
+    target_mass = target.flat.new_empty(batch, num_chunks)
+    residual_mass = None if draft is None else torch.empty_like(target_mass)
+    buffers = target.flat.new_zeros(2, num_chunks * chunk)  # the tails past V stay zero (a ragged last chunk)
+    target_row, draft_row = buffers[0, :vocab][None], buffers[1, :vocab][None]
+    for entry in range(batch):
+        torch.index_select(target.flat, 0, target.index[entry : entry + 1], out=target_row)
+        torch.sum(buffers[0].view(num_chunks, chunk), dim=-1, out=target_mass[entry])
+        if draft is not None:
+            torch.index_select(draft.flat, 0, draft.index[entry : entry + 1], out=draft_row)
+            torch.sub(target_row, draft_row, out=draft_row).clamp_(min=0)
+            torch.sum(buffers[1].view(num_chunks, chunk), dim=-1, out=residual_mass[entry])
+    if draft is None:
+        return target_mass, torch.zeros(batch, dtype=torch.bool, device=target_mass.device)
+    residual_on = use_residual & (residual_mass.sum(dim=-1) > 0)
+    return torch.where(residual_on[:, None], residual_mass, target_mass), residual_on
+
+
+def _chunk_masses_by_batch(
+    target: _Rows, draft: Optional[_Rows], use_residual: Optional[torch.Tensor], vocab: int, chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accelerators: (masses [B, chunks], residual_on [B]) for the whole batch at once, without a host sync."""
+    everyone = slice(None)
+    target_rows = target.rows(everyone)
+    mass = _chunk_sums(target_rows, chunk)
+    residual_on = torch.zeros(target.index.numel(), dtype=torch.bool, device=mass.device)
+    if draft is not None:
+        draft_rows = draft.rows(everyone)
+        residual = _chunk_sums(torch.sub(target_rows, draft_rows, out=draft_rows).clamp_(min=0), chunk)
+        residual_on = use_residual & (residual.sum(dim=-1) > 0)
+        mass = torch.where(residual_on[:, None], residual, mass)
+    return mass, residual_on
 
 
 class _Rows(NamedTuple):
@@ -143,9 +162,9 @@ class _Rows(NamedTuple):
         batch, positions, vocab = probs.shape
         return cls(probs.reshape(batch * positions, vocab), torch.arange(batch, device=probs.device) * positions + row)
 
-    def columns(self, start: int, width: int) -> torch.Tensor:
-        """Columns start .. start + width of every row -> a fresh [B, <= width] tensor."""
-        return self.flat[:, start : start + width].index_select(0, self.index)
+    def rows(self, entries: slice) -> torch.Tensor:
+        """The rows of batch entries ``entries`` -> a fresh contiguous [n, V] tensor."""
+        return self.flat.index_select(0, self.index[entries])
 
     def window(self, start: torch.Tensor, width: int) -> torch.Tensor:
         """Columns start[b] .. start[b] + width of row b -> a fresh [B, width] tensor."""
@@ -153,9 +172,9 @@ class _Rows(NamedTuple):
 
 
 def _chunk_sums(part: torch.Tensor, chunk: int) -> torch.Tensor:
-    """part [B, W] -> sums over consecutive chunks of `chunk` columns [B, ceil(W / chunk)]."""
+    """part [N, V] -> sums over consecutive chunks of `chunk` columns [N, ceil(V / chunk)]."""
     pad = -part.shape[-1] % chunk
-    if pad:  # only the last block of the vocabulary can be ragged
+    if pad:  # a vocabulary that is not a multiple of the chunk: the last chunk is zero-padded
         part = F.pad(part, (0, pad))
     return part.view(part.shape[0], part.shape[-1] // chunk, chunk).sum(dim=-1)
 
