@@ -82,10 +82,10 @@ def create_app(llm: LLM) -> FastAPI:
         if body.model is not None and body.model != llm.model_name:
             return JSONResponse(error_body(f"model {body.model!r} is not served here (this server serves "
                                            f"{llm.model_name!r})", code="model_not_found"), status_code=404)
-        problems = problems + body.problems()
+        params = body.sampling_params()
+        problems = problems + body.problems(params)
         if problems:
             return JSONResponse(error_body("; ".join(problems)), status_code=400)
-        params = body.sampling_params()
         try:
             with engine_loop.tokenizer_lock:
                 requests = llm.make_requests(rows, [params] * len(rows), chat=chat)

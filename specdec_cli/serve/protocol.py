@@ -7,6 +7,7 @@ CLI); a problem is a 400 with an OpenAI-style error body.
 """
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 from typing import Any, Literal, Optional, Union
@@ -42,9 +43,9 @@ class _Body(BaseModel):
         return SamplingParams(temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, seed=seed,
                               max_tokens=self.max_tokens, stop=self.stop)
 
-    def problems(self) -> list[str]:
-        out = [] if self.n == 1 else [f"n={self.n}: only n=1 is supported"]
-        return out + self.sampling_params().problems()
+    def problems(self, params: SamplingParams) -> list[str]:
+        """What is wrong with the body's values (``params``: its ``sampling_params()``)."""
+        return ([] if self.n == 1 else [f"n={self.n}: only n=1 is supported"]) + params.problems()
 
 
 class CompletionBody(_Body):
@@ -73,7 +74,7 @@ class ChatBody(_Body):
     def sampling_params(self) -> SamplingParams:
         params = super().sampling_params()
         if self.max_tokens is None and self.max_completion_tokens is not None:
-            return SamplingParams(**{**params.__dict__, "max_tokens": self.max_completion_tokens})
+            return dataclasses.replace(params, max_tokens=self.max_completion_tokens)
         return params
 
 
