@@ -24,6 +24,7 @@ from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
 from specdec_cli.engine.adaptive import skip_rule
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
+from specdec_cli.engine.tree import TreeSpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.models import KVCache, Transformer
 from specdec_cli.engine.drive import run_to_completion
@@ -115,6 +116,9 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
         draft_len_schedule=setup.draft_len_schedule or None,
         rejection=setup.rejection, backend=setup.backend, skip=skip_rule(method),
     )
+    if method.tree_topk > 1:  # trees verify one request at a time (engine/tree.py)
+        return TreeSpecEngine(setup.target, drafter, dataclasses.replace(options, max_batch_size=1),
+                              max_nodes=method.max_total_draft_tokens or method.tree_topk * k)
     return SharedPromptEngine(setup.target, drafter, options, case.token_ids)
 
 
