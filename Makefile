@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/specdec run $(ARGS)
+	$(BIN)/specdec run baseline=true $(ARGS)
 
 # the fast tier (pyproject's addopts excludes `slow`); exit 5 = no tests collected = failure
 test: $(STAMP)

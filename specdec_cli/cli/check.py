@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich import box
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -28,6 +29,7 @@ COLUMNS = {
     "confidence_stop": "conf. stop",
     "suffix_enhancer": "enhancer",
     "adaptive_skip": "skip",
+    "draft_tree": "tree",
 }
 LEGEND = (
     "dyn. K: dynamic draft length; d2t: draft vocabulary mapping; "
@@ -91,7 +93,7 @@ def _print_matrix() -> None:
         table.add_column(COLUMNS[feature], justify="center", no_wrap=True)
     for method, *cells in rows:
         table.add_row(method, *(Text(c, style="green" if c[0] == "✓" else "red") for c in cells))
-    console.print(table)
+    Console(width=max(console.width, 132)).print(table)  # 14 columns: never squeeze the method names away
     for line in [LEGEND] + [f"{number}. {note}" for number, note in enumerate(notes, start=1)]:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print("Explain one combination: specdec check method=ngram rejection=on", markup=False)

@@ -194,9 +194,8 @@ def check_workload(workload: WorkloadConfig) -> list[str]:
         out.append(f"workload.source={workload.source} needs workload.path=<{workload.source}.jsonl>")
     if workload.path is not None and not WORKLOAD_SOURCES[workload.source]:
         out.append(f"workload.path is not read by workload.source={workload.source}")
-    if (workload.source == "inline") != bool(workload.prompts):
-        out.append("workload.source=inline needs workload.prompts=[...]" if workload.prompts == [] else
-                   f"workload.prompts is read only by workload.source=inline, not {workload.source}")
+    if workload.source == "inline" and not workload.prompts:  # prompts of another source are ignored
+        out.append("workload.source=inline needs workload.prompts=[...]")
     if workload.max_new_tokens <= 0:
         out.append(f"workload.max_new_tokens={workload.max_new_tokens} must be > 0")
     out.append(missing_path("workload.path", workload.path))

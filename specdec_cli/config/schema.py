@@ -49,7 +49,6 @@ class MethodConfig:
     max_total_draft_tokens: Optional[int] = None
 
 
-
 @dataclass
 class NoneMethodConfig(MethodConfig):
     name: str = "none"

@@ -142,12 +142,12 @@ class FeatureDrafter(Drafter):
         last = torch.tensor(counts, device=device).cumsum(0) - 1
         out = out[last]
         params = drafting_params(params, self.policy)
-        drafted = torch.zeros(len(requests), k, dtype=torch.int64)
-        draft_probs = torch.zeros(len(requests), k, self.draft_vocab_size)
+        drafted = torch.zeros(len(requests), k, dtype=torch.int64, device=device)
+        draft_probs = torch.zeros(len(requests), k, self.draft_vocab_size, device=device)
         chain = ChainStop(len(requests), self.draft_confidence)
         for step in range(k):
             rows, row_params = chain.rows, chain.params(params)
-            logits = self.head.logits(out).float().cpu()
+            logits = self.head.logits(out).float()
             draft_ids, probs = draw(logits, row_params)
             drafted[rows, step], draft_probs[rows, step] = draft_to_target_ids(draft_ids, self.d2t), probs
             keep = chain.record(logits, draft_ids, probs, row_params)

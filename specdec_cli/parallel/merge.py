@@ -1,6 +1,6 @@
 """Attention-DP results: every rank's share merged into one run on rank 0.
 
-Counts are summed and the rates recomputed from the sums (``SpecStats.summary``); the wall time
+Counts are summed (lists position by position, dicts key by key) and the rates recomputed from the sums (``SpecStats.summary``); the wall time
 is the slowest rank's (the ranks run concurrently), so ``tokens_per_s`` is the aggregate rate.
 """
 from __future__ import annotations
@@ -34,6 +34,9 @@ def merge_stats(parts: list[SpecStats]) -> SpecStats:
                 mine.extend([0] * (len(theirs) - len(mine)))
                 for position, value in enumerate(theirs):
                     mine[position] += value
+            elif isinstance(mine, dict):  # backend_usage: counts per kernel
+                for key, value in theirs.items():
+                    mine[key] = mine.get(key, 0) + value
             else:
                 setattr(merged, spec.name, mine + theirs)
     return merged

@@ -71,7 +71,7 @@ def test_override_errors_exit_2_in_one_line(specdec, engine_calls, tmp_path: Pat
 
 def test_engine_input_errors_exit_2(specdec, engine_calls, tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("{}\n")
+    prompts.write_text('{"prompt": "hello"}\n')  # valid, so the (fake) job's own error is what surfaces
     args = ("workload=jsonl", f"workload.path={prompts}", f"hydra.run.dir={tmp_path}", *QUIET)
     result = specdec("run", *args)
     assert result.exit_code == 2 and result.err.strip() == "error: prompts.jsonl:3: not valid JSON"

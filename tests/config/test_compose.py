@@ -46,7 +46,7 @@ def test_defaults() -> None:
     assert (cfg.method.name, cfg.sampler.name, cfg.rejection.mode) == ("suffix", "greedy", "auto")
     assert (cfg.parallelism.name, cfg.model.name, cfg.workload.name) == ("single", "smollm2_135m", "showcase")
     assert cfg.model.path is None and cfg.workload.source == "inline" and len(cfg.workload.prompts) == 6
-    assert cfg.baseline and cfg.method.draft_len_schedule == {}
+    assert not cfg.baseline and cfg.method.draft_len_schedule == {}  # make run adds baseline=true
 
 
 def test_sampler_presets() -> None:
