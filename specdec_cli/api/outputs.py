@@ -6,7 +6,7 @@ from typing import Optional
 
 from specdec_cli.engine.request import Request
 
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # engine -> OpenAI / vLLM names
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length", "error": "error"}  # engine -> OpenAI / vLLM names
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class RequestMetrics:
 
 @dataclass(frozen=True)
 class RequestOutput:
-    """One finished request. ``finish_reason``: "stop" (EOS or a stop string) or "length"."""
+    """One finished request. ``finish_reason``: "stop" (EOS or a stop string), "length", or "error" (``error``
+    says why: non-finite logits; the tokens before the fault are kept)."""
 
     request_id: str
     prompt: str
@@ -35,6 +36,7 @@ class RequestOutput:
     token_ids: list[int]
     finish_reason: str
     metrics: RequestMetrics
+    error: Optional[str] = None
 
 
 def request_metrics(request: Request) -> RequestMetrics:
@@ -60,4 +62,5 @@ def request_output(request: Request, decode) -> RequestOutput:
         request_id=request.id, prompt=request.prompt, prompt_token_ids=list(request.prompt_token_ids),
         text=final_text(request, decode), token_ids=list(request.output_token_ids),
         finish_reason=FINISH_REASONS.get(request.finish_reason or "", "length"), metrics=request_metrics(request),
+        error=request.error,
     )

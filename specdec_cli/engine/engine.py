@@ -113,11 +113,13 @@ class SpecEngine:
             logits = torch.split(output.logits, [feed.num_logits for feed in feeds])
             offsets = list(itertools.accumulate((len(feed.tokens) for feed in feeds), initial=0))
             first = self._advance_prefill(batch, feeds, output, offsets)
+            failed = self._contain_nonfinite(batch, feeds, output.logits)
+            first = [row for row in first if row not in failed]
             if first:
                 tokens = sample_tokens(torch.cat([logits[i] for i in first])[:, None], params.select(first))
                 for row, token in zip(first, tokens[:, 0].tolist()):
                     batch[row].output_token_ids.append(token)
-            for k, rows in self._groups(feeds).items():
+            for k, rows in self._groups(feeds, skip=failed).items():
                 draft_tokens, draft_probs, proposal_ok = self.buffer.read([batch[i].slot for i in rows], k)
                 if not proposal_ok:
                     self._fallback("a draft token has zero probability under its stored q")
@@ -138,6 +140,20 @@ class SpecEngine:
                 self._draft([batch[i] for i in rows], params.select(rows))
         self.stats.step_s += time.perf_counter() - started
         return finished
+
+    def _contain_nonfinite(self, batch: list[Request], feeds: list[Feed], logits: torch.Tensor) -> set[int]:
+        """Rows whose target logits [N, V] hold a NaN/inf: each such request ends with finish_reason
+        "error" (its output so far kept; ``_finish`` releases its slot). One host sync when all is well."""
+        bad_positions = (~torch.isfinite(logits)).any(dim=-1)  # [N]
+        if not bool(bad_positions.any()):
+            return set()
+        flags, ends = bad_positions.tolist(), itertools.accumulate(feed.num_logits for feed in feeds)
+        failed = {row for row, (feed, end) in enumerate(zip(feeds, ends)) if any(flags[end - feed.num_logits : end])}
+        for row in failed:
+            batch[row].finish_reason = "error"
+            batch[row].error = f"non-finite target logits at step {batch[row].steps + 1}"
+            log.warning("request %s: %s", batch[row].id, batch[row].error)
+        return failed
 
     # ------------------------------------------------------------------ 1. schedule
     def _admit(self) -> None:
@@ -190,11 +206,11 @@ class SpecEngine:
         return done
 
     @staticmethod
-    def _groups(feeds: list[Feed]) -> dict[int, list[int]]:
-        """Generation rows grouped by their runtime draft length k (in batch order)."""
+    def _groups(feeds: list[Feed], skip: set[int]) -> dict[int, list[int]]:
+        """Generation rows (but ``skip``) grouped by their runtime draft length k (in batch order)."""
         groups: dict[int, list[int]] = {}
         for row, feed in enumerate(feeds):
-            if not feed.prefill:
+            if not feed.prefill and row not in skip:
                 groups.setdefault(feed.num_logits - 1, []).append(row)
         return groups
 
@@ -236,7 +252,7 @@ class SpecEngine:
     def _finish(self) -> list[Request]:
         finished = []
         for request in list(self.active):
-            if request.in_prefill or not self._check_stop(request):
+            if request.in_prefill or not request.check_stop(self.decode):
                 continue
             self.active.remove(request)
             request.finish_s = time.perf_counter()
@@ -249,25 +265,6 @@ class SpecEngine:
             self.free_slots.append(request.slot)
             finished.append(request)
         return finished
-
-    def _check_stop(self, request: Request) -> bool:
-        """Truncate at EOS / max_new_tokens / a stop string; True when the request is done."""
-        out = request.output_token_ids
-        for index, token in enumerate(out):
-            if token in request.eos_token_ids:
-                del out[index + 1 :]
-                request.finish_reason = "eos"
-                break
-        if request.finish_reason is None and len(out) >= request.max_new_tokens:
-            del out[request.max_new_tokens :]
-            request.finish_reason = "length"
-        if request.stop and self.decode is not None:
-            text = self.decode(out)
-            hits = [text.find(s) for s in request.stop if s in text]
-            if hits:
-                request.output_text = text[: min(hits)]
-                request.finish_reason = "stop"
-        return request.finish_reason is not None
 
     # ------------------------------------------------------------------ 5. draft
     def _draft(self, generating: list[Request], params: BatchParams) -> None:

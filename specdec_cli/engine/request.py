@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -39,7 +39,8 @@ class Request:
     steps: int = 0  # verify steps taken (generation phase)
     emitted_tokens: int = 0  # tokens those verify steps emitted (before stop truncation)
     drafts: list[tuple[int, int]] = field(default_factory=list)  # (proposed, accepted) drafts per verify step
-    finish_reason: Optional[str] = None  # "eos" | "length" | "stop"
+    finish_reason: Optional[str] = None  # "eos" | "length" | "stop" | "error"
+    error: Optional[str] = None  # why the request failed (finish_reason "error")
     output_text: str = ""
     generator: Optional[torch.Generator] = None
     arrival_s: float = 0.0
@@ -55,6 +56,27 @@ class Request:
         this on admission, before anything is drawn (a CUDA generator's stream differs from the CPU one)."""
         if self.generator is not None and self.generator.device != torch.device(device):
             self.generator = torch.Generator(device=device).manual_seed(self.params.seed)
+
+    def check_stop(self, decode: Optional[Callable[[list[int]], str]]) -> bool:
+        """Truncate at EOS / max_new_tokens / a stop string; True when the request is done (or failed)."""
+        if self.finish_reason == "error":
+            return True
+        out = self.output_token_ids
+        for index, token in enumerate(out):
+            if token in self.eos_token_ids:
+                del out[index + 1 :]
+                self.finish_reason = "eos"
+                break
+        if self.finish_reason is None and len(out) >= self.max_new_tokens:
+            del out[self.max_new_tokens :]
+            self.finish_reason = "length"
+        if self.stop and decode is not None:
+            text = decode(out)
+            hits = [text.find(s) for s in self.stop if s in text]
+            if hits:
+                self.output_text = text[: min(hits)]
+                self.finish_reason = "stop"
+        return self.finish_reason is not None
 
     @property
     def in_prefill(self) -> bool:

@@ -66,12 +66,14 @@ class TreeSpecEngine(SpecEngine):
             logits = torch.split(output.logits, [feed.num_logits for feed in feeds])
             offsets = list(itertools.accumulate((len(feed.tokens) for feed in feeds), initial=0))
             first = self._advance_prefill(batch, feeds, output, offsets)
+            failed = self._contain_nonfinite(batch, feeds, output.logits)
+            first = [row for row in first if row not in failed]
             if first:
                 tokens = sample_tokens(torch.cat([logits[i] for i in first])[:, None], params.select(first))
                 for row, token in zip(first, tokens[:, 0].tolist()):
                     batch[row].output_token_ids.append(token)
             for row, (request, feed) in enumerate(zip(batch, feeds)):
-                if not feed.prefill:
+                if not feed.prefill and row not in failed:
                     emitted, path = self._walk(trees[row], logits[row], params.select([row]))
                     self._commit_path(request, trees[row], emitted, path, output, offsets[row])
             self._stamp(batch, time.perf_counter())

@@ -65,4 +65,5 @@ def output_row(request: Request) -> dict[str, Any]:
         "output_token_ids": request.output_token_ids, "output_text": request.output_text,
         "steps": request.steps, "finish_reason": request.finish_reason,
         "acceptance_length": request.acceptance_length, "ttft_s": request.ttft_s, "tpot_s": request.tpot_s,
+        **({"error": request.error} if request.error is not None else {}),
     }
