@@ -14,6 +14,7 @@ from specdec_cli.config.compose import compose_config
 from specdec_cli.config.matrix import FEATURES, support
 from specdec_cli.config.methods import method_names
 from specdec_cli.config.validate import resolve
+from specdec_cli.errors import ConfigError
 
 # short column headers (explained by LEGEND); messages use matrix.FEATURES
 COLUMNS = {
@@ -50,6 +51,10 @@ def check(
 
     Exit code 2 lists every rule the configuration breaks, one per line.
     """
+    flags = [item for item in overrides or [] if item.startswith("-")]
+    if flags:  # click would print a usage box for them
+        raise ConfigError([f"specdec check takes overrides, not {flag}: it checks one configuration "
+                           "(sweeps with -m are for specdec run)" for flag in flags])
     if overrides and markdown:
         raise typer.BadParameter("--markdown prints the matrix and takes no overrides")
     if markdown:

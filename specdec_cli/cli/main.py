@@ -23,7 +23,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command()(check.check)
+app.command(context_settings={"ignore_unknown_options": True})(check.check)
 app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar=run.METAVAR)(run.run)
 app.command(context_settings=run.CONTEXT_SETTINGS, options_metavar=run.METAVAR)(train.train)
 app.command()(report.report)

@@ -36,7 +36,7 @@ from specdec_cli.cli.output import (
     print_run_summary,
 )
 from specdec_cli.config.aliases import expand_aliases
-from specdec_cli.config.compose import conf_dir, to_run_config
+from specdec_cli.config.compose import conf_dir, refuse_repeated_groups, to_run_config
 from specdec_cli.config.store import register_configs
 from specdec_cli.config.validate import resolve
 from specdec_cli.engine.workload import read_workload
@@ -86,6 +86,7 @@ def run(ctx: typer.Context) -> None:
 @contextlib.contextmanager
 def _hydra_process(argv: list[str]) -> Iterator[None]:
     """Hydra reads sys.argv; HYDRA_FULL_ERROR lets its errors reach the error boundary."""
+    refuse_repeated_groups(argv[1:])
     saved_argv, saved_env = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv, os.environ["HYDRA_FULL_ERROR"] = argv, "1"
     try:

@@ -37,6 +37,7 @@ def compose_config(overrides: list[str]) -> RunConfig:
     """``conf/config.yaml`` + overrides (``speculative_config`` expanded) -> ``RunConfig`` (the compose API:
     no run dir, no sweep)."""
     overrides = expand_aliases(overrides)
+    refuse_repeated_groups(overrides)
     register_configs()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
         try:
@@ -44,6 +45,24 @@ def compose_config(overrides: list[str]) -> RunConfig:
         except (HydraException, OmegaConfBaseException) as err:
             raise ConfigError([describe_hydra_error(err)]) from err
     return to_run_config(cfg)
+
+
+def refuse_repeated_groups(overrides: list[str]) -> None:
+    """ConfigError when a config group (``method``, ``sampler``, ...) is chosen twice: Hydra would silently
+    take the last. A sweep over one group (``-m method=ngram,eagle3``) is one override; fields may repeat."""
+    groups = {path.name for path in conf_dir().iterdir() if path.is_dir()}
+    first: dict[str, str] = {}
+    problems = []
+    for override in overrides:
+        key, sep, _ = override.lstrip("+").partition("=")
+        if not sep or key not in groups:
+            continue
+        if key in first:
+            problems.append(f"{key} given twice ({first[key]}, {override}): choose it once "
+                            f"(sweep with -m {key}=a,b)")
+        first.setdefault(key, override)
+    if problems:
+        raise ConfigError(problems)
 
 
 def to_run_config(cfg: DictConfig) -> RunConfig:
