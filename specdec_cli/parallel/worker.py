@@ -1,8 +1,10 @@
 """``python -m specdec_cli.parallel.worker``: one rank spawned by ``launch.spawn_ranks``.
 
 Reads a pickled ``WorkerJob`` from stdin, joins the group described by its environment and runs
-``fn(ctx, *args)``. On failure it writes a one-line report for the launcher (the traceback of an
-unexpected error goes to stderr, prefixed with the rank) and exits with the error's code.
+``fn(ctx, *args)``. On failure it writes a one-line report for the launcher and exits with the error's
+code; the traceback of an unexpected error goes to stderr, prefixed with the rank, only under ``--debug``
+(``SPECDEC_DEBUG=1``, inherited from the launcher): a rank whose peer died would print a page of gloo
+traceback before the launcher's one line.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ def _report(err: BaseException) -> tuple[list[str], int]:
     return [f"{type(err).__name__}: {text}"], 1
 
 
+DEBUG_ENV = "SPECDEC_DEBUG"  # the variable --debug sets (cli/output.py); the ranks inherit it
+
 #: each rank's context (its store, and so the TCPStore server on rank 0) outlives ``main``: the
 #: process leaves with ``os._exit`` before any of their C++ destructors can run (see below)
 _KEEP: list[object] = []
@@ -50,7 +54,7 @@ def main() -> int:
                 raise
     except Exception as err:
         lines, code = _report(err)
-        if code == 1 and not isinstance(err, SpecdecError):
+        if code == 1 and not isinstance(err, SpecdecError) and os.environ.get(DEBUG_ENV) == "1":
             sys.stderr.write(f"[rank {rank}] " + "".join(traceback.format_exception(err)))
         report = {"exit_code": code, "lines": lines, "time": failed_at or time.time()}
         report_path(job.report_dir, rank).write_text(json.dumps(report))

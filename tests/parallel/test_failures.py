@@ -32,10 +32,19 @@ def test_an_exception_in_one_rank_stops_the_run() -> None:
     assert error.exit_code == 1 and elapsed < BOUND_S
 
 
-def test_a_killed_rank_stops_the_run() -> None:
+def test_a_killed_rank_stops_the_run(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_DEBUG", "0")
     error, elapsed = run_failing("kill")
     assert str(error) == "rank 1 was killed by SIGKILL; the run was stopped"
     assert elapsed < BOUND_S
+    assert capfd.readouterr().err == ""  # the peer's broken-collective traceback is not shown
+
+
+def test_debug_shows_the_ranks_tracebacks(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_DEBUG", "1")
+    run_failing("raise")
+    err = capfd.readouterr().err
+    assert "[rank 1] Traceback" in err and "ValueError: boom on purpose" in err
 
 
 def test_a_hanging_rank_times_out_the_collective(monkeypatch: pytest.MonkeyPatch) -> None:
