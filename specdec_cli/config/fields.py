@@ -78,6 +78,7 @@ def check_method(method: MethodConfig) -> list[str]:
     if method.adaptive_min_accept < 0:
         out.append(f"method.adaptive_min_accept={method.adaptive_min_accept} must be >= 0 (0 = off)")
     out += _check_tree_size(method)
+    out += _check_thinking(method)
     for attr, low in METHOD_MINIMA.items():
         value = getattr(method, attr, None)
         if value is not None and value < low:
@@ -90,6 +91,24 @@ def check_method(method: MethodConfig) -> list[str]:
             out.append(f"method.target_layers: layer {layer} must be >= 0")
     out += [missing_model_path(f"method.{attr}", getattr(method, attr, None)) for attr in METHOD_PATHS]
     return [line for line in out if line]
+
+
+def _check_thinking(method: MethodConfig) -> list[str]:
+    """Relaxed (MTP) acceptance is gated by the thinking-phase token ids, or explicitly everywhere."""
+    if not hasattr(method, "relaxed_everywhere"):
+        return []  # not MTP: the support matrix refuses relaxed acceptance
+    begin, end, everywhere = method.begin_thinking_token_id, method.end_thinking_token_id, method.relaxed_everywhere
+    out = [f"method.{name}_thinking_token_id={value} must be >= 0"
+           for name, value in (("begin", begin), ("end", end)) if value is not None and value < 0]
+    if (begin is None) != (end is None) or (begin is not None and begin == end):
+        out.append("method.begin_thinking_token_id and method.end_thinking_token_id go together and must differ")
+    elif everywhere and begin is not None:
+        out.append("method.relaxed_everywhere=true contradicts the thinking token ids: give one or the other")
+    elif method.relaxed_acceptance and begin is None and not everywhere:
+        out.append("method.relaxed_acceptance=true applies only inside the thinking phase: set "
+                   "method.begin_thinking_token_id and method.end_thinking_token_id, or "
+                   "method.relaxed_everywhere=true for a model without thinking tokens (lossy on every token)")
+    return out
 
 
 def _check_tree_size(method: MethodConfig) -> list[str]:

@@ -91,6 +91,12 @@ class Eagle3MethodConfig(MethodConfig):
 class MtpMethodConfig(MethodConfig):
     name: str = "mtp"
     checkpoint: Optional[str] = None
+    # Relaxed acceptance applies only inside the thinking phase, between these token ids (TensorRT-LLM's
+    # begin/end thinking-phase tokens), strict elsewhere. A model without thinking tokens leaves them None
+    # and must ask for relaxed acceptance on every token with relaxed_everywhere=true (else refused).
+    begin_thinking_token_id: Optional[int] = None
+    end_thinking_token_id: Optional[int] = None
+    relaxed_everywhere: bool = False
 
 
 @dataclass

@@ -37,6 +37,7 @@ class EngineOptions:
     rejection: bool = True  # rejection sampling where the drafter has a q
     backend: str = "torch"  # rejection kernel: torch | flashinfer
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
+    thinking: Optional[tuple[int, int]] = None  # (begin, end) token ids: relaxed only in between (None: everywhere)
     skip: Optional[SkipRule] = None  # adaptive skipping of requests whose drafts do not pay (None: off)
 
 
@@ -63,7 +64,7 @@ class SpecEngine:
         self.target, self.drafter, self.options, self.decode = target, drafter, options, decode
         self.vocab_size = target.arch.vocab_size
         self.acceptance = AcceptanceOptions(rejection=options.rejection, backend=options.backend,
-                                            relaxed=options.relaxed)
+                                            relaxed=options.relaxed, thinking=options.thinking)
         self.cache = target.new_cache(options.max_batch_size, options.max_seq_len)
         self.buffer = ProposalBuffer(
             options.max_batch_size, options.max_draft_len if drafter is not None else 0, self.vocab_size,
@@ -125,8 +126,9 @@ class SpecEngine:
                     self._fallback("a draft token has zero probability under its stored q")
                 group = params.select(rows)
                 rule = acceptance_rule(group, k, self.acceptance, proposal_ok=proposal_ok)
+                contexts = [batch[i].token_ids for i in rows] if rule.name == "relaxed" else None
                 tokens, emitted = rule.accept(torch.stack([logits[i] for i in rows]), draft_tokens, draft_probs,
-                                              group)
+                                              group, contexts)
                 self._commit([batch[i] for i in rows], k, tokens, emitted, output, [offsets[i] for i in rows])
             self._stamp(batch, time.perf_counter())
 

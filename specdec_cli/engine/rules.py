@@ -1,7 +1,10 @@
 """The one acceptance decision: which rule turns (target logits, drafts) into emitted tokens.
 
 ``acceptance_rule`` decides per group of requests (same runtime K), in this order:
-- relaxed   (MTP thinking phase, LOSSY; K > 0)  -> drafts near the target's top (sampling.relaxed_accept)
+- relaxed   (MTP, LOSSY; K > 0)                 -> drafts near the target's top (sampling.relaxed_accept),
+                                                   only inside the thinking phase (between the begin/end
+                                                   thinking token ids; strict elsewhere), or everywhere
+                                                   when no ids are set (method.relaxed_everywhere=true)
 - argmax    (every row greedy)                  -> strict acceptance against the target argmax; never rejection
 - rejection (enabled, K > 0, the stored q is consistent) -> rejection sampling against the stored q (lossless)
 - strict    (otherwise)                         -> sample the target at every position, strict acceptance
@@ -22,6 +25,7 @@ from specdec_cli.sampling import (
     relaxed_accept,
     sample_tokens,
     strict_accept,
+    thinking_mask,
 )
 from specdec_cli.sampling.backend import kernel_backend
 
@@ -35,6 +39,7 @@ class AcceptanceOptions:
     rejection: bool = True  # rejection sampling where the drafter stored drafts (and maybe a q)
     backend: str = "torch"  # rejection kernel: torch | flashinfer
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
+    thinking: Optional[tuple[int, int]] = None  # (begin, end) thinking token ids gating relaxed (None: everywhere)
     # rejection groups per kernel that actually ran them, counted where the kernel is called (metrics.backend_usage)
     usage: dict[str, int] = field(default_factory=lambda: {"torch": 0, "flashinfer": 0}, compare=False)
 
@@ -47,14 +52,16 @@ class Rule:
     options: AcceptanceOptions
 
     def accept(self, logits: torch.Tensor, draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
-               params: BatchParams) -> tuple[torch.Tensor, torch.Tensor]:
+               params: BatchParams, contexts: Optional[list[list[int]]] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """logits [G, k+1, V]; draft_tokens [G, k] target ids; draft_probs [G, k, V] target vocabulary or None
-        (one-hot at the drafts) -> (tokens [G, k+1] padded with -1, num_emitted [G] in 1..k+1)."""
+        (one-hot at the drafts); contexts: each row's committed tokens (read by the gated relaxed rule only)
+        -> (tokens [G, k+1] padded with -1, num_emitted [G] in 1..k+1)."""
         if self.name == "argmax":
             return greedy_accept(draft_tokens, logits)
         if self.name == "relaxed":
             target_tokens = sample_tokens(logits, params)
-            return relaxed_accept(draft_tokens, logits.float().softmax(-1), target_tokens, *self.options.relaxed)
+            return relaxed_accept(draft_tokens, logits.float().softmax(-1), target_tokens, *self.options.relaxed,
+                                  relaxed_mask=self._thinking_mask(draft_tokens, contexts))
         target_probs = filtered_probs(logits, params)
         if self.name == "strict":
             return strict_accept(draft_tokens, sample_tokens(logits, params, target_probs))
@@ -65,6 +72,25 @@ class Rule:
         self.options.usage[kernel_backend(self.options.backend, draft_tokens.shape[1])] += 1
         return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
                                      generators=params.generators)
+
+
+    def _thinking_mask(self, draft_tokens: torch.Tensor, contexts: Optional[list[list[int]]]) -> Optional[torch.Tensor]:
+        """[G, k] where relaxed acceptance may apply (None: everywhere, no thinking ids configured)."""
+        if self.options.thinking is None:
+            return None
+        if contexts is None:
+            raise ValueError("the gated relaxed rule needs each row's committed tokens (contexts)")
+        begin, end = self.options.thinking
+        now = torch.tensor([in_thinking(tokens, begin, end) for tokens in contexts], dtype=torch.bool)
+        return thinking_mask(now, draft_tokens, begin, end)
+
+
+def in_thinking(token_ids: list[int], begin_id: int, end_id: int) -> bool:
+    """Whether ``token_ids`` ends inside the thinking phase: its last begin/end marker is ``begin_id``."""
+    for token in reversed(token_ids):
+        if token == begin_id or token == end_id:
+            return token == begin_id
+    return False
 
 
 def acceptance_rule(params: BatchParams, k: int, options: AcceptanceOptions, *, proposal_ok: bool = True) -> Rule:

@@ -83,8 +83,15 @@ def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
         draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
         backend=effective.backend,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
+        thinking=thinking_ids(cfg.method),
         skip=skip_rule(cfg.method),
     )
+
+
+def thinking_ids(method: MethodConfig) -> Optional[tuple[int, int]]:
+    """(begin, end) thinking token ids gating relaxed acceptance; None: relaxed everywhere (validated opt-in)."""
+    begin, end = getattr(method, "begin_thinking_token_id", None), getattr(method, "end_thinking_token_id", None)
+    return None if begin is None or end is None else (begin, end)
 
 
 def tree_nodes(method: MethodConfig) -> int:

@@ -28,6 +28,7 @@ from specdec_cli.sampling.acceptance import (
     rejection_sample,
     relaxed_accept,
     strict_accept,
+    thinking_mask,
 )
 from specdec_cli.sampling.backend import rejection_sample_with
 from specdec_cli.sampling.draws import Generators, draw_uniforms, sample_from_probs
@@ -55,4 +56,5 @@ __all__ = [
     "sample_from_probs",
     "sample_tokens",
     "strict_accept",
+    "thinking_mask",
 ]

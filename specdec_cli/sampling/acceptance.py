@@ -38,12 +38,14 @@ def relaxed_accept(
     target_tokens: torch.Tensor,
     relaxed_topk: int,
     relaxed_delta: float,
+    relaxed_mask: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MTP "thinking-phase" relaxed acceptance. LOSSY: the output is not distributed as the target.
 
     Draft i [B, K] is accepted if it equals target_tokens[:, i] [B, K+1], or if it is among the target's
     top-``relaxed_topk`` at position i (fewer than relaxed_topk tokens are strictly more probable, so
-    boundary ties count as inside) and ``target_probs[:, i, draft] >= top1_prob - relaxed_delta``.
+    boundary ties count as inside) and ``target_probs[:, i, draft] >= top1_prob - relaxed_delta``; the
+    second way only where ``relaxed_mask`` [B, K] bool is set (None: everywhere; elsewhere strict).
     Stops at the first failure and emits target_tokens there (or the bonus target token K).
     """
     if relaxed_topk < 1 or relaxed_delta < 0:
@@ -53,9 +55,22 @@ def relaxed_accept(
     draft_prob = scored.gather(-1, draft_tokens[..., None])
     num_more_probable = (scored > draft_prob).sum(dim=-1)
     near_top = draft_prob[..., 0] >= scored.amax(dim=-1) - relaxed_delta
-    accepted = (draft_tokens == target_tokens[:, :-1]) | ((num_more_probable < relaxed_topk) & near_top)
+    near = (num_more_probable < relaxed_topk) & near_top
+    accepted = (draft_tokens == target_tokens[:, :-1]) | (near if relaxed_mask is None else near & relaxed_mask)
     num_accepted = _accepted_prefix(accepted)
     return _emit(draft_tokens, num_accepted, target_tokens.gather(1, num_accepted[:, None])[:, 0])
+
+
+def thinking_mask(thinking_now: torch.Tensor, draft_tokens: torch.Tensor, begin_id: int, end_id: int) -> torch.Tensor:
+    """Where relaxed acceptance may apply (TensorRT-LLM's gating): [B, K] bool, True at position i when the
+    context draft i+1 is judged in (committed tokens + d_1..d_i) is inside the thinking phase, i.e. its last
+    ``begin_id``/``end_id`` marker is ``begin_id``. thinking_now [B] bool: the state after the committed tokens."""
+    marker = (draft_tokens == begin_id).long() - (draft_tokens == end_id).long()  # +1 begin, -1 end, 0 other
+    positions = torch.arange(1, draft_tokens.shape[1] + 1, device=draft_tokens.device)
+    last = torch.where(marker != 0, positions, 0).cummax(dim=1).values  # 1-based index of the last marker so far
+    before = torch.cat([torch.zeros_like(last[:, :1]), last[:, :-1]], dim=1)  # markers among d_1..d_i only
+    last_marker = marker.gather(1, (before - 1).clamp(min=0))
+    return torch.where(before > 0, last_marker > 0, thinking_now[:, None].to(draft_tokens.device))
 
 
 def rejection_sample(

@@ -91,14 +91,32 @@ def test_all_greedy_takes_the_fast_path_but_keeps_the_method_support() -> None:
     assert not effective("method=eagle3", "workload=jsonl", f"workload.path={__file__}").all_greedy
 
 
+THINKING = ("method.begin_thinking_token_id=5", "method.end_thinking_token_id=6")
+
+
 def test_relaxed_acceptance_rules() -> None:
-    auto = effective("method=mtp", "method.relaxed_acceptance=true", "sampler=topk")
+    auto = effective("method=mtp", "method.relaxed_acceptance=true", *THINKING, "sampler=topk")
     assert auto.relaxed_acceptance and not auto.rejection
     assert any("relaxed acceptance" in r for r in auto.reasons)
-    (line,) = violations("method=mtp", "method.relaxed_acceptance=true", "rejection=on")
+    (line,) = violations("method=mtp", "method.relaxed_acceptance=true", "method.relaxed_everywhere=true",
+                         "rejection=on")
     assert "rejection sampling cannot be combined with relaxed acceptance" in line
     (line,) = violations("method=eagle3", "method.relaxed_acceptance=true", "rejection=off")
     assert "method=eagle3 does not support relaxed acceptance: relaxed (thinking) acceptance is MTP-only" in line
+
+
+def test_relaxed_acceptance_needs_thinking_ids_or_an_explicit_everywhere() -> None:
+    (line,) = violations("method=mtp", "method.relaxed_acceptance=true", "sampler=topk")
+    assert line.startswith("method.relaxed_acceptance=true applies only inside the thinking phase: set "
+                           "method.begin_thinking_token_id and method.end_thinking_token_id, or "
+                           "method.relaxed_everywhere=true")
+    assert effective("method=mtp", "method.relaxed_acceptance=true", "method.relaxed_everywhere=true",
+                     "sampler=topk").relaxed_acceptance
+    (line,) = violations("method=mtp", "method.begin_thinking_token_id=5", "sampler=topk")
+    assert "go together" in line
+    (line,) = violations("method=mtp", "method.relaxed_acceptance=true", "method.relaxed_everywhere=true",
+                         *THINKING, "sampler=topk")
+    assert "contradicts" in line
 
 
 def test_guided_decoding_is_refused_and_excludes_rejection() -> None:
