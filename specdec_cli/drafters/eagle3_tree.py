@@ -9,30 +9,45 @@ from the last committed token (the root):
                 join the candidate pool, and the ``topk`` best of them form the next frontier;
   finally:      the ``max_nodes`` best candidates by cumulative log-probability (ties: the earlier one) are
                 the tree. A child never scores above its parent, so the kept set contains every ancestor.
-Scores use the head's raw softmax (temperature 1): the request's sampling never changes the tree's shape.
-Children are chosen deterministically, so the distribution each node was drawn from is one-hot at it:
-``sampling.tree.tree_accept`` with ``node_draft_probs=None`` verifies the tree exactly at any temperature.
+Scores use the head's raw softmax (temperature 1). Children chosen this way are deterministic, so the
+distribution each node was drawn from is one-hot at it (``DraftTree.draft_probs`` None): used for greedy rows
+(and ``draft_policy=argmax``); ``sampling.tree.tree_accept`` verifies such a tree exactly at any temperature.
+
+Sampled rows (temperature > 0) draw each expanded node's children WITHOUT replacement from q, the head's
+distribution under the row's filters (``probs_from_logits``), with the row's generator; child j was drawn from
+q without children 1..j-1 (``without_replacement_probs``: ``draft_probs`` [N, Vd]). ``tree_accept`` is exact
+only if whether child j exists never depends on child j itself (nor on what was drawn after it), so this tree
+is grown level by level and nothing is pruned after a draw:
+  level d gets ``min(topk, budget left - levels after d)`` children (one node kept for each later level);
+  the first child of the first-child chain (the "spine", the chain drafter's own drafts) always gets one;
+  the other slots (node x, j-th child) go by cum(x) + log(j-th largest q(x)), which is known before drawing;
+  the nodes expanded at the next level are the spine node and the best others by cumulative log q.
+The tree contains the chain's drafts (the spine, drawn exactly as the chain draws them) and its siblings only
+add chances, so its acceptance is never below the chain's in distribution.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
-from specdec_cli.drafters.base import DraftRequest
+from specdec_cli.drafters.base import DraftRequest, drafting_params
 from specdec_cli.drafters.feature_head import FeatureDrafter, FeatureHead
 from specdec_cli.models import Transformer
 from specdec_cli.models.layers import RaggedBatch, TreeRows
-from specdec_cli.sampling import draft_to_target_ids
+from specdec_cli.sampling import BatchParams, draft_to_target_ids, probs_from_logits
+from specdec_cli.sampling.tree import draw_without_replacement, without_replacement_probs
 
 
 class DraftTree(NamedTuple):
     """A draft tree in topological order: tokens [N] target ids, parents [N] (-1: the root), depths [N]
-    (children of the root: 1); siblings are in descending draft probability."""
+    (children of the root: 1); siblings in the order they are to be tried (descending draft probability, or
+    draw order). draft_probs [N, Vd] (draft vocabulary): the q each node was drawn from, None: one-hot."""
 
     tokens: list[int]
     parents: list[int]
     depths: list[int]
+    draft_probs: Optional[torch.Tensor] = None
 
 
 class TreeFeatureDrafter(FeatureDrafter):
@@ -46,12 +61,17 @@ class TreeFeatureDrafter(FeatureDrafter):
         self.topk = topk
 
     @torch.inference_mode()
-    def propose_tree(self, request: DraftRequest, depth: int, max_nodes: int) -> DraftTree:
-        """A tree of at most ``max_nodes`` nodes and ``depth`` levels for one request (depth, max_nodes >= 1)."""
+    def propose_tree(self, request: DraftRequest, depth: int, max_nodes: int,
+                     params: Optional[BatchParams] = None) -> DraftTree:
+        """A tree of at most ``max_nodes`` nodes and ``depth`` levels for one request (depth, max_nodes >= 1);
+        ``params``: the request's one row (None or temperature 0: deterministic top-k children)."""
         slot, device = request.slot, self.head.embed_weight.device
         features, tokens, counts = self._catch_up([request])
         out = self._step(self.head.fuse(features), tokens.to(device), [slot], counts)[-1:]
         committed = self.cache.length(slot)
+        row = None if params is None else drafting_params(params, self.policy)
+        if row is not None and bool(row.temperature[0] > 0):
+            return self._sampled_tree(out, row, depth, max_nodes, slot, committed)
         # candidate pool: draft id, parent pool index, score, depth; cache row of the fed (frontier) nodes
         draft_ids: list[int] = []
         parents: list[int] = []
@@ -78,6 +98,53 @@ class TreeFeatureDrafter(FeatureDrafter):
             frontier_out = frontier_out[[order[i - first_new] // best.shape[1] for i in chosen]]
             frontier = chosen
         return self._select(draft_ids, parents, scores, depths, max_nodes)
+
+    def _sampled_tree(self, out: torch.Tensor, row: BatchParams, depth: int, max_nodes: int, slot: int,
+                      committed: int) -> DraftTree:
+        """Children drawn without replacement, level by level, no pruning after a draw (see the module doc).
+        out [1, H]: the head's output at the root; row: the request's (sampled) parameters."""
+        draft_ids: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        depths: list[int] = []
+        node_probs: list[torch.Tensor] = []
+        fed_row: dict[int, int] = {}
+        frontier, frontier_out, budget_left = [-1], out, max_nodes
+        for level in range(1, depth + 1):
+            if level > 1:
+                frontier_out = self._feed_frontier(frontier, draft_ids, parents, fed_row, frontier_out, slot,
+                                                   position=committed + level - 2, committed=committed)
+            width = len(frontier)
+            q = probs_from_logits(self.head.logits(frontier_out).float(), row.temperature.expand(width),
+                                  row.top_k.expand(width), row.top_p.expand(width))
+            topk = min(self.topk, q.shape[-1])
+            children = draw_without_replacement(q, topk, row.generators[0])  # [W, topk]; frontier[0]: the spine
+            sibling_probs = without_replacement_probs(q, children.clamp(min=0))  # [W, topk, Vd]
+            base = torch.tensor([0.0 if node < 0 else scores[node] for node in frontier], dtype=torch.float64)
+            slot_scores = base[:, None] + q.topk(topk, dim=-1).values.double().log().cpu()
+            slot_scores[0, 0] = float("inf")  # the spine's next draft
+            num_new = min(self.topk, budget_left - (depth - level))
+            ranked = sorted(((-float(slot_scores[i, j]), i, j) for i in range(width) for j in range(topk)
+                             if slot_scores[i, j] > float("-inf")))
+            chosen = sorted((i, j) for _, i, j in ranked[:num_new])  # per node a prefix of its draws
+            first_new = len(draft_ids)
+            for i, j in chosen:
+                token = int(children[i, j])
+                draft_ids.append(token)
+                parents.append(frontier[i])
+                scores.append(float(base[i]) + float(q[i, token].double().log()))
+                depths.append(level)
+                node_probs.append(sibling_probs[i, j])
+            budget_left -= len(chosen)
+            if level == depth:
+                break
+            width = min(self.topk, budget_left - (depth - level - 1), len(chosen))
+            others = sorted(range(1, len(chosen)), key=lambda n: (-scores[first_new + n], n))
+            keep = [0, *others[: width - 1]]  # the spine's new node first
+            frontier_out = frontier_out[[chosen[n][0] for n in keep]]
+            frontier = [first_new + n for n in keep]
+        tokens = draft_to_target_ids(torch.tensor(draft_ids, dtype=torch.int64), self.d2t)
+        return DraftTree(tokens.tolist(), parents, depths, torch.stack(node_probs))
 
     def _feed_frontier(self, frontier: list[int], draft_ids: list[int], parents: list[int], fed_row: dict[int, int],
                        parent_out: torch.Tensor, slot: int, *, position: int, committed: int) -> torch.Tensor:

@@ -4,8 +4,9 @@ Same phases as ``SpecEngine.step`` (schedule -> target forward -> accept -> fini
 - the verify feeds [last token, node_1..node_N] with ``tree_parents`` (RoPE position = base + depth, each
   node attending to the cached prefix, its ancestors and itself) in ONE target forward;
 - acceptance walks the tree: greedy, the longest path matching the target's argmax
-  (``sampling.tree_greedy_accept``); T > 0, multi-candidate recursive rejection over siblings with one-hot q
-  (``sampling.tree_accept``: the children are the draft's deterministic top-k, so the walk is lossless);
+  (``sampling.tree_greedy_accept``); T > 0, multi-candidate recursive rejection over siblings
+  (``sampling.tree_accept``) with each node's q: the drafter draws a sampled row's children without
+  replacement and sends the q each was drawn from (one-hot where it chose deterministic top-k children);
 - the accepted path's K/V rows move to consecutive cache positions and the rest is dropped
   (``KVCache.keep_rows``); its target features go to the drafter as the chain's do.
 """
@@ -21,7 +22,7 @@ from specdec_cli.drafters.eagle3_tree import DraftTree, TreeFeatureDrafter
 from specdec_cli.engine.engine import EngineOptions, Feed, SpecEngine, draft_len_for
 from specdec_cli.engine.request import Request
 from specdec_cli.models import ForwardOutput, Transformer
-from specdec_cli.sampling import BatchParams, filtered_probs, sample_tokens
+from specdec_cli.sampling import BatchParams, expand_draft_probs, filtered_probs, sample_tokens
 from specdec_cli.sampling.tree import tree_accept, tree_greedy_accept
 
 EMPTY_TREE = DraftTree([], [], [])
@@ -91,9 +92,12 @@ class TreeSpecEngine(SpecEngine):
         """logits [N+1, V] at [root, nodes] -> (emitted tokens, accepted node indices)."""
         if params.all_greedy:
             return tree_greedy_accept(tree.tokens, tree.parents, logits.argmax(dim=-1).tolist())
+        target_probs = filtered_probs(logits[None], params)
+        draft_probs = None if tree.draft_probs is None else expand_draft_probs(
+            tree.draft_probs[None].to(logits.device), self.drafter.d2t, target_probs.shape[-1])
         tokens, emitted, path = tree_accept(
-            filtered_probs(logits[None], params), torch.tensor([tree.tokens], dtype=torch.int64),
-            torch.tensor(tree.parents, dtype=torch.int64), None, params.generators)
+            target_probs, torch.tensor([tree.tokens], dtype=torch.int64, device=logits.device),
+            torch.tensor(tree.parents, dtype=torch.int64), draft_probs, params.generators)
         num = int(emitted[0])
         return tokens[0, :num].tolist(), path[0, : num - 1].tolist()
 
@@ -122,4 +126,5 @@ class TreeSpecEngine(SpecEngine):
         if min(depth, nodes) < 1:
             return EMPTY_TREE
         self.stats.draft_forwards += 1
-        return self.drafter.propose_tree(self._draft_request(request), min(depth, nodes), nodes)
+        return self.drafter.propose_tree(self._draft_request(request), min(depth, nodes), nodes,
+                                         BatchParams.of([request], device=self.target.device))

@@ -74,6 +74,20 @@ def without_replacement_probs(parent_probs: torch.Tensor, siblings: torch.Tensor
     return (rows / rows.sum(dim=-1, keepdim=True)).to(parent_probs.dtype)
 
 
+def draw_without_replacement(probs: torch.Tensor, num: int, generators: Generators = None) -> torch.Tensor:
+    """probs [W, V] -> ids [W, num] int64: each row's ``num`` draws one after another, draw j from the row
+    without draws 0..j-1 (renormalised; the q_j of ``without_replacement_probs``), by inverse CDF with one
+    float64 uniform per row and draw from ``generators``; -1 once a row has no mass left."""
+    remaining = probs.double().clone()
+    ids = torch.full((probs.shape[0], num), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=probs.device)
+    for j in range(num):
+        has_mass = remaining.sum(dim=-1) > 0
+        token = _inverse_cdf(remaining, draw_uniforms((), generators, num_rows=probs.shape[0], device=probs.device))
+        ids[:, j] = torch.where(has_mass, token, ids[:, j])
+        remaining.scatter_(1, token[:, None], 0.0)
+    return ids
+
+
 def tree_accept(
     target_probs: torch.Tensor,
     node_tokens: torch.Tensor,

@@ -2,6 +2,7 @@
 and the KV compaction keeps exactly the accepted path's entries."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specdec_cli.testing import toy_model
@@ -116,17 +117,62 @@ def test_greedy_tree_equals_autoregressive_greedy():
     assert engine.stats.accepted_drafts > 0 and engine.stats.target_forwards < plain.stats.target_forwards
 
 
-def test_sampled_tree_follows_the_target_law():
+def _sampled_tree(topk: int, depth: int, nodes: int, seed: int, **filters):
+    from specdec_cli.drafters.base import DraftRequest
+    from specdec_cli.engine.request import Request, SamplingParams
+    from specdec_cli.sampling import BatchParams
+
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    drafter = _tree_engine(target, topk=topk, depth=depth, nodes=nodes).drafter
+    drafter.add_request(0, PROMPT)
+    request = Request(id="0", prompt_token_ids=PROMPT, max_new_tokens=8,
+                      params=SamplingParams(temperature=1.0, seed=seed, **filters))
+    return drafter.propose_tree(DraftRequest(slot=0, token_ids=PROMPT), depth, nodes, BatchParams.of([request]))
+
+
+def test_sampled_tree_draws_siblings_without_replacement_under_the_budget():
+    tree = _sampled_tree(topk=3, depth=4, nodes=9, seed=5)
+    num, draft_ids = len(tree.tokens), DRAFT_IDS.tolist()
+    assert num == 9 and tree.draft_probs.shape == (num, len(draft_ids))
+    assert all(p < i for i, p in enumerate(tree.parents))
+    spine = [0]  # the chain's drafts: the root's first child, then each spine node's first child
+    while any(p == spine[-1] for p in tree.parents):
+        spine.append(tree.parents.index(spine[-1]))
+    assert [tree.depths[i] for i in spine] == [1, 2, 3, 4]
+    for parent in [-1, *range(num)]:
+        siblings = [i for i in range(num) if tree.parents[i] == parent]
+        columns = [draft_ids.index(tree.tokens[i]) for i in siblings]  # draft-vocabulary ids
+        assert len(set(columns)) == len(columns) <= 3
+        for j, node in enumerate(siblings):
+            q = tree.draft_probs[node]
+            assert float(q[columns[j]]) > 0  # drawn from q_j ...
+            assert all(float(q[c]) == 0 for c in columns[:j])  # ... = q without the earlier siblings
+            torch.testing.assert_close(q.sum(), torch.tensor(1.0))
+
+
+def test_sampled_tree_is_reproducible_per_seed_and_respects_top_k():
+    first, again, other = (_sampled_tree(4, 3, 8, seed) for seed in (7, 7, 8))
+    assert first.tokens == again.tokens and first.parents == again.parents
+    torch.testing.assert_close(first.draft_probs, again.draft_probs)
+    assert first.tokens != other.tokens or first.parents != other.parents
+    filtered = _sampled_tree(4, 3, 8, 3, top_k=2)  # q keeps two tokens: at most two children per node
+    for parent in [-1, *range(len(filtered.tokens))]:
+        assert sum(p == parent for p in filtered.parents) <= 2
+    assert int((filtered.draft_probs > 0).sum(dim=-1).max()) <= 2
+
+
+@pytest.mark.parametrize("topk, depth, nodes, top_k", [(4, 2, 8, 0), (3, 3, 5, 6)], ids=["wide", "budget_top_k"])
+def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k):
     from specdec_cli.engine.request import SamplingParams
     from specdec_cli.testing import exact_sequence_law
     from specdec_cli.verify.stats import fit
 
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompt, num = [3, 1, 4, 1, 5], 1500
-    law = exact_sequence_law(target, prompt, 3, temperature=1.0)
-    engine = _tree_engine(target, topk=4, depth=2, nodes=8)
+    law = exact_sequence_law(target, prompt, 3, temperature=1.0, top_k=top_k)
+    engine = _tree_engine(target, topk=topk, depth=depth, nodes=nodes)
     samples = torch.tensor(_generate(engine, [prompt] * num,
-                                     [SamplingParams(temperature=1.0, seed=i) for i in range(num)], 3))
+                                     [SamplingParams(temperature=1.0, top_k=top_k, seed=i) for i in range(num)], 3))
     assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
     index = (samples[:, 0] * VOCAB + samples[:, 1]) * VOCAB + samples[:, 2]
     joint = fit(torch.bincount(index, minlength=law.numel()), law.flatten())

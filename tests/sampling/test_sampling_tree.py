@@ -7,6 +7,7 @@ import torch
 
 from sampling_stats import assert_law
 from specdec_cli.sampling.tree import (
+    draw_without_replacement,
     tree_accept,
     tree_depths,
     tree_greedy_accept,
@@ -89,3 +90,18 @@ def test_two_token_law_equals_the_target(case, siblings):
     first = tokens[:, 0]
     second = torch.where(emitted >= 2, tokens[:, 1], torch.multinomial(p2[first], 1, generator=generator)[:, 0])
     assert_law(first * VOCAB + second, (p1[:, None] * p2).flatten())
+
+
+def test_draws_without_replacement_follow_the_sequential_law():
+    generator = torch.Generator().manual_seed(11)
+    q = torch.tensor([0.5, 0.25, 0.15, 0.1, 0.0, 0.0])
+    ids = draw_without_replacement(q.expand(SAMPLES, -1), 2, generator)
+    assert bool((ids[:, 0] != ids[:, 1]).all())
+    pair_law = q[:, None] * q[None, :] / (1 - q[:, None])  # P(first a, then b) = q(a) q(b) / (1 - q(a))
+    pair_law.fill_diagonal_(0.0)
+    assert_law(ids[:, 0] * VOCAB + ids[:, 1], pair_law.flatten())
+    # a row runs out of mass after its support: -1 from then on; seeded draws repeat
+    few = draw_without_replacement(torch.tensor([[0.0, 0.7, 0.0, 0.3, 0.0, 0.0]]), 4, torch.Generator().manual_seed(1))
+    assert sorted(few[0, :2].tolist()) == [1, 3] and few[0, 2:].tolist() == [-1, -1]
+    again = draw_without_replacement(torch.tensor([[0.0, 0.7, 0.0, 0.3, 0.0, 0.0]]), 4, torch.Generator().manual_seed(1))
+    assert torch.equal(few, again)
