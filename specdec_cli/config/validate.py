@@ -62,6 +62,12 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
             "all requests are greedy (temperature 0): every batch takes the argmax fast path "
             "and rejection sampling never runs"
         )
+    if cfg.method.relaxed_acceptance:
+        begin = getattr(cfg.method, "begin_thinking_token_id", None)
+        end = getattr(cfg.method, "end_thinking_token_id", None)
+        found.reasons.append(f"relaxed acceptance (lossy) only inside the thinking phase, between token ids {begin} and "
+                             f"{end}; strict elsewhere" if begin is not None else
+                             "relaxed acceptance (lossy) on every token (method.relaxed_everywhere=true)")
     if found.violations:
         raise ConfigError(found.violations)
     return EffectiveConfig(
