@@ -121,7 +121,11 @@ def load_eagle3(directory: str | Path, target: Transformer, *, target_layers: Op
     if embed.shape != (tarch.vocab_size, arch.hidden_size):
         raise ConfigError([f"{ckpt.directory}: embed_tokens.weight must be [{tarch.vocab_size}, {arch.hidden_size}] "
                            f"(a head narrower than its target needs its own embedding), got {tuple(embed.shape)}"])
-    draft_vocab = int(ckpt.field("draft_vocab_size", None) or arch.vocab_size)
+    draft_vocab = ckpt.field("draft_vocab_size", None)
+    draft_vocab = arch.vocab_size if draft_vocab is None else draft_vocab
+    if isinstance(draft_vocab, bool) or not isinstance(draft_vocab, int) or not 1 <= draft_vocab <= tarch.vocab_size:
+        raise ConfigError([f"{ckpt.config_file}: draft_vocab_size={draft_vocab!r} must be an integer in "
+                           f"[1, {tarch.vocab_size}] (the target's vocabulary size)"])
     head = Eagle3Head(arch, target_hidden_size=target_hidden, hidden_layers=layers, draft_vocab_size=draft_vocab,
                       embed_weight=embed, norm_before_residual=bool(ckpt.field("norm_before_residual", False)),
                       dtype=dtype, device=device)

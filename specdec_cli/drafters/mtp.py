@@ -40,7 +40,7 @@ from specdec_cli.models.layers import RMSNorm
 
 ARCHITECTURE = "LlamaMTP"
 REQUIRED_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size", "num_hidden_layers")
-_LAYER_PREFIX = re.compile(r"^(model\.)?layers\.\d+\.")
+_LAYER_PREFIX = re.compile(r"^(?:model\.)?layers\.(\d+)\.")
 
 
 class SharedHead(nn.Module):
@@ -111,6 +111,12 @@ def load_mtp(directory: str | Path, target: Transformer, *, dtype: torch.dtype =
         raise ConfigError([f"{ckpt.config_file}: hidden_size={arch.hidden_size}, vocab_size={arch.vocab_size} "
                            f"but the target has {tarch.hidden_size}, {tarch.vocab_size} (MTP shares its "
                            "embedding and LM head)"])
+    layers = sorted({int(m.group(1)) for name in ckpt.tensors if (m := _LAYER_PREFIX.match(name))})
+    num_mtp = ckpt.field("num_nextn_predict_layers", 1)
+    if len(layers) > 1 or num_mtp != 1:
+        raise ConfigError([f"{ckpt.directory}: {max(len(layers), num_mtp)} MTP layers (num_nextn_predict_layers="
+                           f"{num_mtp}, tensors under layers {layers}); specdec loads exactly one MTP module and "
+                           "will not merge several onto one set of weights"])
     ckpt.rename(lambda name: _LAYER_PREFIX.sub("", name))
     if "fc.weight" in ckpt.tensors:
         raise ConfigError([f"{ckpt.directory}: an EAGLE-3 head, not an MTP module (use method=eagle3)"])

@@ -12,7 +12,8 @@ Checkpoint: a HF causal-LM directory of the Llama family (``config.json`` + safe
 the published amd/PARD-* drafts), whose ``config.json`` names the mask token id in ``pard_token`` (PARD's
 key; vLLM and TensorRT-LLM read it too), else ``mask_token_id`` or ``ptd_token_id``;
 ``method.mask_token_id`` overrides it. A draft vocabulary that differs from the target's only by
-padding rows (Qwen) is cut to the shorter one.
+padding rows (Qwen) is cut to the shorter one; the dropped rows must be padding (all-zero LM-head rows, or
+ids the tokenizer never produces), else the draft is refused.
 """
 from __future__ import annotations
 
@@ -100,6 +101,19 @@ def save_pard(model: Transformer, directory: str | Path, *, mask_token_id: int, 
     return Path(directory)
 
 
+def trimmed_rows_problem(model: Transformer, vocab_size: int, tokenizer: Any = None) -> Optional[str]:
+    """Why the draft's ids >= ``vocab_size`` (the target's) may not be dropped, or None: they are padding when
+    their LM-head rows are all zero or the tokenizer never produces them (``len(tokenizer) <= vocab_size``)."""
+    if model.arch.vocab_size <= vocab_size:
+        return None
+    weight = getattr(model.lm_head, "weight", None)
+    if (weight is not None and not weight[vocab_size:].any()) or (tokenizer is not None and len(tokenizer) <= vocab_size):
+        return None
+    return (f"the draft vocabulary has {model.arch.vocab_size} ids and the target's {vocab_size}; ids "
+            f"{vocab_size}..{model.arch.vocab_size - 1} have trained LM-head rows and are not known padding, "
+            "so they cannot be dropped")
+
+
 @DRAFTERS.register("pard")
 def build_pard(cfg: PardMethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("pard", "checkpoint")
@@ -108,5 +122,7 @@ def build_pard(cfg: PardMethodConfig, deps: DrafterDeps) -> Drafter:
             raise ConfigError([f"method.checkpoint={path}: {mismatch}"])
     model, mask_token_id = load_pard(path, mask_token_id=cfg.mask_token_id, dtype=deps.dtype, device=deps.device,
                                      target=deps.target)
+    if problem := trimmed_rows_problem(model, deps.vocab_size, deps.tokenizer):
+        raise ConfigError([f"method.checkpoint={path}: {problem}"])
     return PardDrafter(model, mask_token_id, vocab_size=deps.vocab_size, num_slots=deps.num_slots,
                        max_seq_len=deps.max_seq_len, policy=cfg.draft_policy)
