@@ -31,12 +31,6 @@ CONTRACT_CONFIGS: dict[str, schema.MethodConfig] = {
     "dflash": schema.DflashMethodConfig(checkpoint=toy_dflash_checkpoint(), num_draft_tokens=K),
 }
 DRAFTING = [name for name in CONTRACT_CONFIGS if name != "none"]
-#: drafters whose seeded q still depends on the batch (issue 21), and why
-NOT_BATCH_INVARIANT = {
-    "mtp": "logits = F.linear(h, target head rows): one row takes MKL's GEMV, several rows a GEMM (other rounding)",
-    "mtp_reduced": "logits = F.linear(h, target head rows): one row takes MKL's GEMV, several rows a GEMM",
-    "dflash": "F.linear logits over R*n rows and SDPA over the context padded to the batch's longest",
-}
 #: other committed sequences that share a batch with CONTEXT (different lengths and tokens)
 NEIGHBOURS = [[7, 7, 2, 9, 1, 4, 4, 0, 6], [5, 3, 5, 3, 5, 3, 8, 1, 12, 14, 2, 11, 3, 5, 3, 5, 3, 9, 2, 6]]
 
@@ -110,8 +104,7 @@ def test_greedy_params_give_one_hot_argmax_drafts(target, name: str) -> None:
         assert torch.equal(target_q.argmax(-1), proposal.tokens)
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
-    name in NOT_BATCH_INVARIANT, reason=NOT_BATCH_INVARIANT.get(name, ""), strict=False)) for name in DRAFTING])
+@pytest.mark.parametrize("name", DRAFTING)
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_seeded_drafts_do_not_depend_on_the_batch(target, name: str, temperature: float) -> None:
     """The same seeded request drafts bitwise the same tokens and q alone and inside a batch."""
