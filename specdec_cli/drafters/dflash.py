@@ -40,7 +40,7 @@ from specdec_cli.drafters.learned import Checkpoint, arch_config, save_checkpoin
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch, Transformer
 from specdec_cli.models.arch import UnsupportedArchitectureError
-from specdec_cli.models.fast_linear import Linear
+from specdec_cli.models.fast_linear import Linear, SharedLinear
 from specdec_cli.models.layers import Attention, DecoderLayer, RMSNorm
 from specdec_cli.models.rope import RotaryTables
 
@@ -109,6 +109,7 @@ class DFlashDraft(nn.Module):
         self.rope = RotaryTables(arch, **kw)
         self.register_buffer("embed_weight", embed_weight.detach().to(**kw), persistent=False)
         self.register_buffer("head_weight", head_weight.detach().to(**kw), persistent=False)
+        self.head = SharedLinear()  # row-invariant: a request's q does not depend on its batch
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [..., n*Ht] (``target_layers`` outputs, concatenated) -> context rows [..., H]."""
@@ -136,7 +137,7 @@ class DFlashDraft(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Normed hidden [..., H] -> logits [..., V] through the target's LM head."""
-        return F.linear(hidden, self.head_weight)
+        return self.head(hidden, self.head_weight)
 
     def forward(self, features: torch.Tensor, block_ids: torch.Tensor, positions: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:

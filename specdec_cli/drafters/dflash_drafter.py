@@ -54,7 +54,7 @@ class DFlashDrafter(Drafter):
         anchors = torch.tensor([len(r.token_ids) - 1 for r in requests], device=device)
         block = torch.full((len(requests), size), draft.mask_token_id, dtype=torch.int64, device=device)
         block[:, 0] = torch.tensor([r.token_ids[-1] for r in requests], device=device)
-        length = int(anchors.max())
+        length = self.cache.max_len  # not the batch's longest: attention over a batch-independent length
         slots = torch.tensor([r.slot for r in requests], device=device)
         context = [(k_c[slots, :, :length], v_c[slots, :, :length])
                    for k_c, v_c in (self.cache.layer(i) for i in range(self.cache.num_layers))]

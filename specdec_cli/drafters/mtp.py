@@ -35,7 +35,7 @@ from specdec_cli.drafters.learned import Checkpoint, arch_config, check_d2t, sav
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch, Transformer
 from specdec_cli.models.arch import UnsupportedArchitectureError
-from specdec_cli.models.fast_linear import Linear
+from specdec_cli.models.fast_linear import Linear, SharedLinear
 from specdec_cli.models.layers import RMSNorm
 
 ARCHITECTURE = "LlamaMTP"
@@ -72,6 +72,7 @@ class MtpHead(HeadLayer, FeatureHead):
         self.register_buffer("d2t", None if d2t is None else d2t.to(device=device, dtype=torch.int64))
         self.register_buffer("embed_weight", embed_weight.detach().to(**kw), persistent=False)
         self.register_buffer("lm_weight", lm_weight.detach().to(**kw), persistent=False)
+        self.lm_head = SharedLinear()  # row-invariant: a request's q does not depend on its batch
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         return features  # the target's post-norm final hidden is the module's input as is
@@ -85,7 +86,7 @@ class MtpHead(HeadLayer, FeatureHead):
         return self.shared_head.norm(out)  # post-norm, like the target hidden of step 1
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.shared_head.norm(out), self.lm_weight)
+        return self.lm_head(self.shared_head.norm(out), self.lm_weight)
 
 
 def shared_head_rows(target: Transformer, d2t: Optional[torch.Tensor]) -> torch.Tensor:

@@ -85,6 +85,23 @@ class Linear(nn.Module):
         return _packed_linear(x, *packed)
 
 
+class SharedLinear:
+    """``x @ weight.T`` for a weight owned elsewhere (a target's LM head used by a drafter), through ``Linear``'s
+    row-invariant path: a row's output does not depend on the other rows. Not a module (it owns no weight);
+    the packed copy is rebuilt when another weight is passed."""
+
+    def __init__(self) -> None:
+        self.weight: torch.Tensor | None = None
+        self.bias = None
+        self._packed = _PackedWeights([self])
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """x [..., in], weight [out, in] -> [..., out]."""
+        self.weight = weight
+        packed = self._packed.get(x, row_invariant=True)
+        return F.linear(x, weight) if packed is None else _packed_linear(x, *packed)
+
+
 class LinearGroup:
     """Several ``Linear`` modules applied to the same input, as one GEMM when oneDNN applies.
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from specdec_cli.config.schema import PardMethodConfig
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.mtp import load_mtp
-from specdec_cli.drafters.pard import PardDrafter, save_pard
+from specdec_cli.drafters.pard import PardDrafter, load_pard, save_pard, trimmed_rows_problem
 from specdec_cli.errors import ConfigError
 from specdec_cli.testing import toy_model
 from toys import MASK, VOCAB, build, toy_checkpoint
@@ -60,5 +60,19 @@ def test_pard_trims_only_padding_rows(target, tmp_path: Path) -> None:
     trained = _wide_pard(tmp_path / "trained", zero_extra_rows=False)
     with pytest.raises(ConfigError, match=r"ids 16\.\.19 have trained LM-head rows and are not known padding"):
         build(target, PardMethodConfig(checkpoint=trained), 2)
-    padded = build(target, PardMethodConfig(checkpoint=_wide_pard(tmp_path / "padded", zero_extra_rows=True)), 2)
-    assert isinstance(padded, PardDrafter) and padded.draft_vocab_size == VOCAB
+    padded = _wide_pard(tmp_path / "padded", zero_extra_rows=True)
+    build(target, PardMethodConfig(checkpoint=padded), 2)  # accepted
+    model, _ = load_pard(padded)
+    assert trimmed_rows_problem(model, VOCAB) is None
+    assert PardDrafter(model, MASK, vocab_size=VOCAB, num_slots=1, max_seq_len=8, policy="sample").draft_vocab_size == VOCAB
+
+
+class Tokenizer:
+    def __len__(self) -> int:
+        return VOCAB
+
+
+def test_pard_ids_the_tokenizer_never_produces_are_padding(tmp_path: Path) -> None:
+    model, _ = load_pard(_wide_pard(tmp_path, zero_extra_rows=False))
+    assert trimmed_rows_problem(model, VOCAB) is not None
+    assert trimmed_rows_problem(model, VOCAB, Tokenizer()) is None
