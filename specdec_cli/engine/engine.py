@@ -153,7 +153,8 @@ class SpecEngine:
         failed = {row for row, (feed, end) in enumerate(zip(feeds, ends)) if any(flags[end - feed.num_logits : end])}
         for row in failed:
             batch[row].finish_reason = "error"
-            batch[row].error = f"non-finite target logits at step {batch[row].steps + 1}"
+            where = "after the prompt" if feeds[row].prefill else f"at step {batch[row].steps + 1}"
+            batch[row].error = f"non-finite target logits {where}"
             log.warning("request %s: %s", batch[row].id, batch[row].error)
         return failed
 

@@ -77,7 +77,8 @@ def test_nonfinite_logits_fail_one_request_only(target, case: str, at: int, valu
             assert (got.output_token_ids, got.finish_reason, got.error) == (good.output_token_ids, "length", None)
     victim = faulty[1]
     assert victim.finish_reason == "error"
-    assert victim.error == f"non-finite target logits at step {victim.steps + 1}"
+    where = "after the prompt" if at == 1 else f"at step {victim.steps + 1}"
+    assert victim.error == f"non-finite target logits {where}"
     assert victim.steps == max(0, at - 2) and (len(victim.output_token_ids) > 0) == (at > 1)
     assert clean[1].output_token_ids[: len(victim.output_token_ids)] == victim.output_token_ids
     row = output_row(victim)
