@@ -21,7 +21,8 @@ class EffectiveConfig:
     draft_len_schedule: dict[int, int]  # max batch size -> K, sorted; {} = always num_draft_tokens
     all_greedy: bool  # every request has temperature 0: the argmax fast path, never rejection
     reasons: list[str]  # human-readable, one per silent decision
-    cuda_graphs: bool = False  # engine.cuda_graphs resolved: capture decode batches <= 16 (CUDA only)
+    cuda_graphs: bool = False
+    suffix_enhancer: bool = False  # method.suffix_enhancer resolved (auto: on for chain model drafters)  # engine.cuda_graphs resolved: capture decode batches <= 16 (CUDA only)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``json.dumps`` turns the schedule's int keys into strings)."""

@@ -13,6 +13,7 @@ from specdec_cli.config.combinations import (
     resolve_backend,
     resolve_cuda_graphs,
     resolve_rejection,
+    suffix_enhancer_on,
 )
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.fields import (
@@ -27,6 +28,7 @@ from specdec_cli.config.fields import (
     request_samplers,
 )
 from specdec_cli.config.hardware import Hardware, probe_hardware
+from specdec_cli.config.methods import TABLE
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.errors import ConfigError
 
@@ -54,6 +56,11 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     rejection = resolve_rejection(cfg, found)
     backend = resolve_backend(cfg, rejection, device, hw, found)
     cuda_graphs = resolve_cuda_graphs(cfg, device, found)
+    enhancer = suffix_enhancer_on(cfg.method)
+    if cfg.method.suffix_enhancer is None and TABLE.get(cfg.method.name) and TABLE[cfg.method.name].family == "model":
+        found.reasons.append(f"method.suffix_enhancer=auto -> {'on' if enhancer else 'off'}" + (
+            ": a request's own suffix matches of >= method.suffix_min_match tokens replace the model's drafts"
+            if enhancer else ": the tree engine does not apply it"))
     all_greedy = all(s.temperature == 0 for s in samplers) and (
         cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
     )
@@ -65,8 +72,8 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     if cfg.method.relaxed_acceptance:
         begin = getattr(cfg.method, "begin_thinking_token_id", None)
         end = getattr(cfg.method, "end_thinking_token_id", None)
-        found.reasons.append(f"relaxed acceptance (lossy) only inside the thinking phase, between token ids {begin} and "
-                             f"{end}; strict elsewhere" if begin is not None else
+        found.reasons.append(f"relaxed acceptance (lossy) only inside the thinking phase, between token ids "
+                             f"{begin} and {end}; strict elsewhere" if begin is not None else
                              "relaxed acceptance (lossy) on every token (method.relaxed_everywhere=true)")
     if found.violations:
         raise ConfigError(found.violations)
@@ -76,6 +83,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         backend=backend,
         device=device,
         cuda_graphs=cuda_graphs,
+        suffix_enhancer=enhancer,
         draft_len_schedule=dict(sorted(cfg.method.draft_len_schedule.items())),
         all_greedy=all_greedy,
         reasons=found.reasons,

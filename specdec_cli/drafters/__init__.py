@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from specdec_cli.config.combinations import suffix_enhancer_on
 from specdec_cli.drafters import dflash_drafter, draft_target, eagle3, mtp, ngram, pard, suffix  # noqa: F401  (registration)
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
 from specdec_cli.drafters.enhancer import SuffixEnhancer
@@ -22,12 +23,12 @@ def build_none(cfg, deps: DrafterDeps) -> None:
 
 def build_drafter(cfg, deps: DrafterDeps) -> Optional[Drafter]:
     """The drafter registered for ``cfg.name`` (None for method=none), with the confidence stop
-    (``method.draft_confidence``) and wrapped in the suffix enhancer when ``method.suffix_enhancer``
-    (validation allows both on model drafters only)."""
+    (``method.draft_confidence``) and wrapped in the suffix enhancer when ``method.suffix_enhancer`` resolves
+    on (``config.combinations.suffix_enhancer_on``; validation allows both on model drafters only)."""
     drafter = DRAFTERS.get(cfg.name)(cfg, deps)
     if drafter is None:
         return None
     drafter.draft_confidence = cfg.draft_confidence
-    if cfg.suffix_enhancer:
+    if suffix_enhancer_on(cfg):
         return SuffixEnhancer(drafter, min_match=cfg.suffix_min_match, vocab_size=deps.vocab_size)
     return drafter

@@ -223,6 +223,6 @@ def test_effective_config_is_json_ready() -> None:
     record = effective("method=eagle3", "sampler=topk").to_dict()
     assert set(record) == {
         "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "reasons",
-        "cuda_graphs",
+        "cuda_graphs", "suffix_enhancer",
     }
     json.dumps(record)

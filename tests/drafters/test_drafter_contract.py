@@ -19,16 +19,17 @@ from toys import (CONTEXT, DRAFT_IDS, VOCAB, batch_params, build, toy_checkpoint
 NUM_SAMPLES = 3000
 K = 3
 
+# model drafters bare (suffix_enhancer=False): the contract is the drafter's own; the enhancer has its own tests
 CONTRACT_CONFIGS: dict[str, schema.MethodConfig] = {
     "none": schema.NoneMethodConfig(),
     "ngram": schema.NgramMethodConfig(min_n=1, max_n=3, num_draft_tokens=K),
     "suffix": schema.SuffixMethodConfig(min_match_len=1, num_draft_tokens=K),
-    "draft_target": schema.DraftTargetMethodConfig(self_speculative_layers=1, num_draft_tokens=K),
-    "eagle3": schema.Eagle3MethodConfig(checkpoint=toy_checkpoint("eagle3"), num_draft_tokens=K),  # Vd 12 of 16
-    "mtp": schema.MtpMethodConfig(checkpoint=toy_checkpoint("mtp", reduced=False), num_draft_tokens=K),
-    "mtp_reduced": schema.MtpMethodConfig(checkpoint=toy_checkpoint("mtp"), num_draft_tokens=K),
-    "pard": schema.PardMethodConfig(checkpoint=toy_pard_checkpoint(), num_draft_tokens=K),
-    "dflash": schema.DflashMethodConfig(checkpoint=toy_dflash_checkpoint(), num_draft_tokens=K),
+    "draft_target": schema.DraftTargetMethodConfig(self_speculative_layers=1, num_draft_tokens=K, suffix_enhancer=False),
+    "eagle3": schema.Eagle3MethodConfig(checkpoint=toy_checkpoint("eagle3"), num_draft_tokens=K, suffix_enhancer=False),  # Vd 12 of 16
+    "mtp": schema.MtpMethodConfig(checkpoint=toy_checkpoint("mtp", reduced=False), num_draft_tokens=K, suffix_enhancer=False),
+    "mtp_reduced": schema.MtpMethodConfig(checkpoint=toy_checkpoint("mtp"), num_draft_tokens=K, suffix_enhancer=False),
+    "pard": schema.PardMethodConfig(checkpoint=toy_pard_checkpoint(), num_draft_tokens=K, suffix_enhancer=False),
+    "dflash": schema.DflashMethodConfig(checkpoint=toy_dflash_checkpoint(), num_draft_tokens=K, suffix_enhancer=False),
 }
 DRAFTING = [name for name in CONTRACT_CONFIGS if name != "none"]
 #: other committed sequences that share a batch with CONTEXT (different lengths and tokens)

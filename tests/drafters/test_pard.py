@@ -24,7 +24,7 @@ def checkpoint() -> str:
 
 
 def pard_drafter(target, path: Optional[str], **cfg) -> PardDrafter:
-    return build(target, PardMethodConfig(checkpoint=path, **cfg), 2)
+    return build(target, PardMethodConfig(checkpoint=path, **{"suffix_enhancer": False, **cfg}), 2)
 
 
 def test_q_is_the_model_on_masks_and_masks_leave_the_cache(target, checkpoint) -> None:

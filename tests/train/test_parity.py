@@ -120,13 +120,13 @@ def _task(name: str, target) -> tuple[Task, MethodConfig, int]:
     """The shipped drafter as a trainer task, its engine method, and its row shift (see the walk)."""
     if name == "eagle3":
         head = load_eagle3(shipped_checkpoint("eagle3", "checkpoint"), target)
-        return HeadTask(head, target, steps=K, step_weight=1.0), Eagle3MethodConfig(num_draft_tokens=K), -1
+        return HeadTask(head, target, steps=K, step_weight=1.0), Eagle3MethodConfig(num_draft_tokens=K, suffix_enhancer=False), -1
     if name == "mtp":
         head = load_mtp(shipped_checkpoint("mtp", "checkpoint"), target)
-        return HeadTask(head, target, steps=K, step_weight=1.0), MtpMethodConfig(num_draft_tokens=K), -1
+        return HeadTask(head, target, steps=K, step_weight=1.0), MtpMethodConfig(num_draft_tokens=K, suffix_enhancer=False), -1
     draft = load_dflash(shipped_checkpoint("dflash", "checkpoint"), target)
     draft.block_size = max(draft.block_size, K + 1)
-    return DflashTask(draft, target), DflashMethodConfig(num_draft_tokens=K), 0
+    return DflashTask(draft, target), DflashMethodConfig(num_draft_tokens=K, suffix_enhancer=False), 0
 
 
 @pytest.mark.parametrize("name", ["eagle3", "mtp", "dflash"])
