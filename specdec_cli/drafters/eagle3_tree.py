@@ -110,6 +110,7 @@ class TreeFeatureDrafter(FeatureDrafter):
         node_probs: list[torch.Tensor] = []
         fed_row: dict[int, int] = {}
         frontier, frontier_out, budget_left = [-1], out, max_nodes
+        depth = min(depth, max_nodes)  # one node per level at least
         for level in range(1, depth + 1):
             if level > 1:
                 frontier_out = self._feed_frontier(frontier, draft_ids, parents, fed_row, frontier_out, slot,
