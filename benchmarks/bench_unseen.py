@@ -1,0 +1,135 @@
+"""Speculation on prompt families no drafter was trained on: every configuration vs ``method=none``, per family.
+
+Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--temperatures 0 1]
+           [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
+           [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
+
+Each configuration is a list of ``specdec run`` overrides, composed and validated exactly as the CLI does
+(so ``eagle3`` is the shipped default: the suffix enhancer resolves on). The target loads once; every
+configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
+prompt's family is its id up to the first '_'. Per family and temperature: acceptance length (tokens per verify
+step), tokens/s as a ratio to ``none`` from the same run, and the time breakdown (target forward / draft /
+accept / other) summed over the run. Writes markdown and a JSON of every number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from specdec_cli.config.compose import compose_config
+from specdec_cli.config.validate import resolve
+from specdec_cli.drafters import build_drafter
+from specdec_cli.drafters.base import DrafterDeps
+from specdec_cli.engine.engine import SpecEngine
+from specdec_cli.engine.metrics import SpecStats
+from specdec_cli.engine.request import Request, SamplingParams
+from specdec_cli.engine.tree import TreeSpecEngine
+from specdec_cli.engine.workload import encode_prompt
+from specdec_cli.models import load_model
+from specdec_cli.run.pipeline import engine_options, tree_nodes
+
+DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eagle3",
+                   "eagle3 method.tree_topk=4 method.max_total_draft_tokens=12"]
+MAX_SEQ_LEN = 2048
+
+
+def build_engine(target, tokenizer, overrides: list[str]) -> SpecEngine:
+    """The engine ``specdec run <overrides>`` would build, on the already loaded target."""
+    method = overrides[0] if "=" not in overrides[0] else overrides[0].split("=", 1)[1]
+    cfg = compose_config([f"method={method}", *overrides[1:], "engine.max_batch_size=1",
+                          f"engine.max_seq_len={MAX_SEQ_LEN}"])
+    effective = resolve(cfg)
+    deps = DrafterDeps(target=target, num_slots=1, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
+                       device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer)
+    drafter = build_drafter(cfg.method, deps)
+    if cfg.method.tree_topk > 1:
+        return TreeSpecEngine(target, drafter, engine_options(cfg, effective), max_nodes=tree_nodes(cfg.method))
+    return SpecEngine(target, drafter, engine_options(cfg, effective))
+
+
+def machine() -> str:
+    return (f"{platform.machine()}, {os.cpu_count()} vCPUs, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), fp32, batch 1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS)
+    parser.add_argument("--temperatures", nargs="+", type=float, default=[0.0, 1.0])
+    parser.add_argument("--max-new", type=int, default=48)
+    parser.add_argument("--prompts", type=Path, default=Path("benchmarks/prompts/unseen.jsonl"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results_unseen.md"))
+    args = parser.parse_args()
+    command = "python " + " ".join(sys.argv)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    target, tokenizer = load_model(None)
+    configs = {name: name.split() for name in args.configs}
+    engines = {name: build_engine(target, tokenizer, overrides) for name, overrides in configs.items()}
+    rows = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
+    # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens]; stats per (T, config)
+    tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
+    stats: dict[tuple, SpecStats] = {}
+    for temperature in args.temperatures:
+        for index, row in enumerate(rows):
+            ids = encode_prompt(tokenizer, row["prompt"], chat=True)
+            family = row["id"].split("_")[0]
+            for name, engine in engines.items():
+                engine.stats = stats.setdefault((temperature, name), SpecStats())
+                steps, emitted = engine.stats.verify_steps, engine.stats.emitted_tokens
+                request = Request(id=str(index), prompt_token_ids=ids, max_new_tokens=args.max_new,
+                                  params=SamplingParams(temperature, seed=index), eos_token_ids=(tokenizer.eos_token_id,))
+                start = time.perf_counter()
+                engine.add_request(request)
+                while engine.has_work():
+                    engine.step()
+                seconds = time.perf_counter() - start
+                for key in ((temperature, name, family), (temperature, name, "all")):
+                    cell = tally[key]
+                    cell[0] += len(request.output_token_ids)
+                    cell[1] += seconds
+                    cell[2] += engine.stats.verify_steps - steps
+                    cell[3] += engine.stats.emitted_tokens - emitted
+            print(f"T={temperature}: prompt {index + 1}/{len(rows)} done", flush=True)
+    write(args, command, tally, stats, list(engines))
+
+
+def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> None:
+    families = sorted({key[2] for key in tally if key[2] != "all"}) + ["all"]
+    lines = [f"# Unseen prompt families (`benchmarks/bench_unseen.py`)", "",
+             f"Command: `{command}`  ", f"Machine: {machine()}; {args.max_new} new tokens per prompt, "
+             f"prompts `{args.prompts}` ({len(families) - 1} families, never trained on); one run.", "",
+             "Cells: acceptance length (tokens per verify step) / tokens/s relative to `none` in the same run.", ""]
+    record = {"command": command, "machine": machine(), "rows": []}
+    for temperature in args.temperatures:
+        lines += [f"## T={temperature:g}", "", "| config | " + " | ".join(families) + " | time: target / draft / accept / other |",
+                  "|---" * (len(families) + 2) + "|"]
+        for name in names:
+            cells = []
+            for family in families:
+                tokens, seconds, steps, emitted = tally[(temperature, name, family)]
+                base_tokens, base_seconds, _, _ = tally[(temperature, "none", family)]
+                ratio = (tokens / seconds) / (base_tokens / base_seconds)
+                cells.append(f"{emitted / max(steps, 1):.2f} / {ratio:.2f}x")
+                record["rows"].append({"temperature": temperature, "config": name, "family": family,
+                                       "acceptance_length": emitted / max(steps, 1), "speedup": ratio,
+                                       "tokens": tokens, "seconds": seconds})
+            breakdown = stats[(temperature, name)].summary()["time_breakdown_s"]
+            total = sum(breakdown.values()) or 1.0
+            shares = " / ".join(f"{100 * breakdown[k] / total:.0f}%" for k in ("target_forward", "draft", "accept", "other"))
+            lines.append(f"| `{name}` | " + " | ".join(cells) + f" | {shares} |")
+        lines.append("")
+    args.out.write_text("\n".join(lines))
+    args.out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
