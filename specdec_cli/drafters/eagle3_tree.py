@@ -8,7 +8,9 @@ from the last committed token (the root):
                 and itself (``TreeRows``); each frontier node offers its ``topk`` best children, all of which
                 join the candidate pool, and the ``topk`` best of them form the next frontier;
   finally:      the ``max_nodes`` best candidates by cumulative log-probability (ties: the earlier one) are
-                the tree. A child never scores above its parent, so the kept set contains every ancestor.
+                the tree, after the spine (the chain's own drafts: each level's top-1 child of the previous
+                spine node, always expanded and kept, so the tree never accepts less than the chain).
+                A child never scores above its parent, so the kept set contains every ancestor.
 Scores use the head's raw softmax (temperature 1). Children chosen this way are deterministic, so the
 distribution each node was drawn from is one-hot at it (``DraftTree.draft_probs`` None): used for greedy rows
 (and ``draft_policy=argmax``); ``sampling.tree.tree_accept`` verifies such a tree exactly at any temperature.
@@ -78,7 +80,7 @@ class TreeFeatureDrafter(FeatureDrafter):
         scores: list[float] = []
         depths: list[int] = []
         fed_row: dict[int, int] = {}
-        frontier, frontier_out = [-1], out
+        frontier, frontier_out, spine, spine_pos = [-1], out, [], 0  # spine: the chain's drafts (top-1 children)
         for level in range(1, depth + 1):
             if level > 1:
                 frontier_out = self._feed_frontier(frontier, draft_ids, parents, fed_row, frontier_out, slot,
@@ -94,10 +96,15 @@ class TreeFeatureDrafter(FeatureDrafter):
                 parents.append(frontier[flat // best.shape[1]])
                 scores.append(float(cumulative[flat]))
                 depths.append(level)
-            chosen = list(range(first_new, first_new + min(self.topk, len(order))))
-            frontier_out = frontier_out[[order[i - first_new] // best.shape[1] for i in chosen]]
-            frontier = chosen
-        return self._select(draft_ids, parents, scores, depths, max_nodes)
+            ranks = list(range(min(self.topk, len(order))))
+            spine_rank = order.index(spine_pos * best.shape[1])
+            if spine_rank not in ranks:  # the spine is always expanded
+                ranks[-1] = spine_rank
+            spine.append(first_new + spine_rank)
+            spine_pos = ranks.index(spine_rank)
+            frontier_out = frontier_out[[order[rank] // best.shape[1] for rank in ranks]]
+            frontier = [first_new + rank for rank in ranks]
+        return self._select(draft_ids, parents, scores, depths, max_nodes, set(spine))
 
     def _sampled_tree(self, out: torch.Tensor, row: BatchParams, depth: int, max_nodes: int, slot: int,
                       committed: int) -> DraftTree:
@@ -171,9 +178,10 @@ class TreeFeatureDrafter(FeatureDrafter):
         return out
 
     def _select(self, draft_ids: list[int], parents: list[int], scores: list[float], depths: list[int],
-                max_nodes: int) -> DraftTree:
-        """The ``max_nodes`` best candidates, in pool (topological) order, parents re-indexed."""
-        ranked = sorted(range(len(draft_ids)), key=lambda node: (-scores[node], node))
+                max_nodes: int, spine: set[int]) -> DraftTree:
+        """The spine (the chain's drafts, ``max_nodes`` >= its length), then the best other candidates up to
+        ``max_nodes``, in pool (topological) order, parents re-indexed."""
+        ranked = sorted(range(len(draft_ids)), key=lambda node: (node not in spine, -scores[node], node))
         kept = sorted(ranked[:max_nodes])
         index = {node: i for i, node in enumerate(kept)}
         tokens = draft_to_target_ids(torch.tensor([draft_ids[n] for n in kept], dtype=torch.int64), self.d2t)
