@@ -12,7 +12,7 @@ from specdec_cli.drafters import dflash_drafter, draft_target, eagle3, mtp, ngra
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal
 from specdec_cli.drafters.enhancer import SuffixEnhancer
 
-__all__ = ["DRAFTERS", "Drafter", "DrafterDeps", "DraftRequest", "Proposal", "build_drafter"]
+__all__ = ["DRAFTERS", "Drafter", "DrafterDeps", "DraftRequest", "Proposal", "build_drafter", "enhance"]
 
 
 @DRAFTERS.register("none")
@@ -29,6 +29,11 @@ def build_drafter(cfg, deps: DrafterDeps) -> Optional[Drafter]:
     if drafter is None:
         return None
     drafter.draft_confidence = cfg.draft_confidence
+    return enhance(drafter, cfg, deps)
+
+
+def enhance(drafter: Drafter, cfg, deps: DrafterDeps) -> Drafter:
+    """``drafter`` wrapped in the suffix enhancer when ``cfg.suffix_enhancer`` resolves on, else itself."""
     if suffix_enhancer_on(cfg):
         return SuffixEnhancer(drafter, min_match=cfg.suffix_min_match, vocab_size=deps.vocab_size)
     return drafter

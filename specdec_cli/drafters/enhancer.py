@@ -47,8 +47,9 @@ class SuffixEnhancer(Drafter):
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         found = self.retrieval.propose(requests, k, params)
         lengths = [self._representable(found.tokens[row, :num]) for row, num in enumerate(found.num_drafts)]
-        tokens = torch.zeros(len(requests), k, dtype=torch.int64)
-        probs = torch.zeros(len(requests), k, self.draft_vocab_size)
+        device = params.temperature.device  # the model's; retrieval runs on the host and is copied once
+        tokens = torch.zeros(len(requests), k, dtype=torch.int64, device=device)
+        probs = torch.zeros(len(requests), k, self.draft_vocab_size, device=device)
         num_drafts = list(lengths)
         for overridden, rows in _groups(lengths).items():
             proposal = self.model.propose([requests[r] for r in rows], 1 if overridden else k, params.select(rows))
@@ -61,8 +62,8 @@ class SuffixEnhancer(Drafter):
                 num_drafts[row] = num
         for row, num in enumerate(lengths):
             if num:
-                tokens[row, :num] = found.tokens[row, :num]
-                probs[row, torch.arange(num), self.draft_id[found.tokens[row, :num]]] = 1.0
+                tokens[row, :num] = found.tokens[row, :num].to(device)
+                probs[row, torch.arange(num, device=device), self.draft_id[found.tokens[row, :num]].to(device)] = 1.0
         self.overridden += sum(1 for num in lengths if num)
         return Proposal(tokens=tokens, draft_probs=probs, num_drafts=num_drafts)
 
@@ -74,8 +75,8 @@ class SuffixEnhancer(Drafter):
 
 def draft_ids_of(d2t: Optional[torch.Tensor], draft_vocab_size: int, vocab_size: int) -> torch.Tensor:
     """target id -> draft id [V] int64, -1 where the draft vocabulary has no such token."""
-    lookup = torch.full((vocab_size,), -1, dtype=torch.int64)
-    draft = torch.arange(min(draft_vocab_size, vocab_size) if d2t is None else draft_vocab_size)
+    lookup = torch.full((vocab_size,), -1, dtype=torch.int64, device="cpu")
+    draft = torch.arange(min(draft_vocab_size, vocab_size) if d2t is None else draft_vocab_size, device="cpu")
     lookup[draft if d2t is None else draft + d2t.cpu()] = draft
     return lookup
 
@@ -89,4 +90,4 @@ def _groups(lengths: list[int]) -> dict[bool, list[int]]:
 
 
 def _one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
-    return torch.zeros(*tokens.shape, vocab).scatter_(-1, tokens[..., None], 1.0)
+    return torch.zeros(*tokens.shape, vocab, device=tokens.device).scatter_(-1, tokens[..., None], 1.0)

@@ -17,10 +17,11 @@ with its registered factory, in the order the drafter needs:
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from specdec_cli.config.schema import MethodConfig
-from specdec_cli.drafters import build_drafter
+from specdec_cli.drafters import build_drafter, enhance
 from specdec_cli.drafters.base import Drafter, DrafterDeps, DraftRequest, Proposal
 from specdec_cli.drafters.draft_target import ModelDrafter
 from specdec_cli.models import Transformer
@@ -50,17 +51,20 @@ class ShardedHeadDrafter(ModelDrafter):
 def shard_target_and_build_drafter(cfg: MethodConfig, deps: DrafterDeps, comm: Comm) -> Optional[Drafter]:
     """Shard ``deps.target`` for this rank (in place) and return the method's drafter (see the module doc)."""
     self_speculative = getattr(cfg, "self_speculative_layers", None) is not None
+    enhanced, cfg = cfg, dataclasses.replace(cfg, suffix_enhancer=False)  # shard the bare drafter, wrap it last
     drafter = None if self_speculative else build_drafter(cfg, deps)
     shard_transformer(deps.target, comm, policy=GatherPolicy.ALL_LOGITS, label="target")
     if self_speculative:
         drafter = build_drafter(cfg, deps)
     if type(drafter) is not ModelDrafter:  # every method but draft_target (PARD's subclass stays replicated)
-        return drafter
+        return enhance(drafter, enhanced, deps) if drafter is not None else None
     model = drafter.model
     if isinstance(model.lm_head, ShardedLMHead):  # self-speculative: the target's sharded layers
         model.lm_head = model.lm_head.view(policy=GatherPolicy.ALL_LOGITS, label="draft")
     elif should_shard_draft(model, comm.size):
         shard_transformer(model, comm, policy=GatherPolicy.ALL_LOGITS, label="draft")
     else:
-        return drafter  # replicated: whole logits on every rank (GatherPolicy.NONE)
-    return ShardedHeadDrafter(model, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len, policy=drafter.policy)
+        return enhance(drafter, enhanced, deps)  # replicated: whole logits on every rank (GatherPolicy.NONE)
+    sharded = ShardedHeadDrafter(model, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len, policy=drafter.policy)
+    sharded.draft_confidence = drafter.draft_confidence
+    return enhance(sharded, enhanced, deps)

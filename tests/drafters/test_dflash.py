@@ -27,7 +27,7 @@ def checkpoint() -> str:
 
 
 def drafter_for(target, path: Optional[str], num_slots: int = 2) -> DFlashDrafter:
-    return build(target, DflashMethodConfig(checkpoint=path, num_draft_tokens=3), num_slots)
+    return build(target, DflashMethodConfig(checkpoint=path, num_draft_tokens=3, suffix_enhancer=False), num_slots)
 
 
 def propose(drafter: DFlashDrafter, tokens: list[int], k: int = 3, hidden: Optional[dict] = None,

@@ -57,7 +57,7 @@ def test_shipped_draft_target_shares_the_embedding_and_loads_back(trained_run, t
     # the drafter accepts the shipped directory as draft_path
     deps = DrafterDeps(target=target, num_slots=1, max_seq_len=32, vocab_size=16, device=torch.device("cpu"),
                        dtype=torch.float32)
-    drafter = build_drafter(DraftTargetMethodConfig(draft_path=str(dest), num_draft_tokens=2), deps)
+    drafter = build_drafter(DraftTargetMethodConfig(draft_path=str(dest), num_draft_tokens=2, suffix_enhancer=False), deps)
     assert torch.equal(drafter.model.embed_tokens.weight, target.embed_tokens.weight)
 
 
