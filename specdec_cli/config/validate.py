@@ -57,6 +57,8 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     backend = resolve_backend(cfg, rejection, device, hw, found)
     cuda_graphs = resolve_cuda_graphs(cfg, device, found)
     enhancer = suffix_enhancer_on(cfg.method)
+    if cfg.method.tree_topk > 1 and cfg.method.draft_confidence > 0:
+        found.reasons.append("method.draft_confidence is not applied to a draft tree (the tree's node budget bounds it)")
     if cfg.method.suffix_enhancer is None and TABLE.get(cfg.method.name) and TABLE[cfg.method.name].family == "model":
         found.reasons.append(f"method.suffix_enhancer=auto -> {'on' if enhancer else 'off'}" + (
             ": a request's own suffix matches of >= method.suffix_min_match tokens replace the model's drafts"

@@ -1,4 +1,5 @@
-"""Adaptive skipping: a request drafts only while its recent acceptance says drafting pays.
+"""The runtime draft length: the batch-size schedule (``draft_len_for``), then adaptive skipping, where a
+request drafts only while its recent acceptance says drafting pays.
 
 The rule (per request, inside a batch): ``estimate`` is an exponential moving average of the drafts accepted
 per drafted step, starting at ``START`` (optimistic: a new request drafts) and updated after every verify of
@@ -15,6 +16,16 @@ from typing import Optional
 
 from specdec_cli.config.schema import MethodConfig
 from specdec_cli.engine.request import Request
+
+
+def draft_len_for(batch_size: int, max_draft_len: int, schedule: Optional[dict[int, int]]) -> int:
+    """Runtime K (TensorRT-LLM's rule): the value of the first key >= batch_size; a batch
+    larger than every key drafts nothing. ``{4: 4, 8: 2}``: bs 1-4 -> 4, 5-8 -> 2, 9+ -> 0."""
+    if not schedule:
+        return max_draft_len
+    keys = [key for key in schedule if key >= batch_size]
+    return schedule[min(keys)] if keys else 0
+
 
 START = 1.0  # the estimate of a new request (accepted drafts per step)
 WEIGHT = 0.3  # weight of the newest drafted step in the estimate

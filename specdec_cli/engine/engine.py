@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 
 from specdec_cli.drafters.base import Drafter, DraftRequest
-from specdec_cli.engine.adaptive import AcceptanceTracker, SkipRule
+from specdec_cli.engine.adaptive import AcceptanceTracker, SkipRule, draft_len_for
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.proposals import ProposalBuffer
 from specdec_cli.engine.request import Request
@@ -39,15 +39,6 @@ class EngineOptions:
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
     thinking: Optional[tuple[int, int]] = None  # (begin, end) token ids: relaxed only in between (None: everywhere)
     skip: Optional[SkipRule] = None  # adaptive skipping of requests whose drafts do not pay (None: off)
-
-
-def draft_len_for(batch_size: int, max_draft_len: int, schedule: Optional[dict[int, int]]) -> int:
-    """Runtime K (TensorRT-LLM's rule): the value of the first key >= batch_size; a batch
-    larger than every key drafts nothing. ``{4: 4, 8: 2}``: bs 1-4 -> 4, 5-8 -> 2, 9+ -> 0."""
-    if not schedule:
-        return max_draft_len
-    keys = [key for key in schedule if key >= batch_size]
-    return schedule[min(keys)] if keys else 0
 
 
 class Feed(NamedTuple):
@@ -111,15 +102,7 @@ class SpecEngine:
 
         # 3. accept: a first token after a finished prefill; per runtime k, ONE rule decides the group
         with self.stats.timed("accept"):
-            logits = torch.split(output.logits, [feed.num_logits for feed in feeds])
-            offsets = list(itertools.accumulate((len(feed.tokens) for feed in feeds), initial=0))
-            first = self._advance_prefill(batch, feeds, output, offsets)
-            failed = self._contain_nonfinite(batch, feeds, output.logits)
-            first = [row for row in first if row not in failed]
-            if first:
-                tokens = sample_tokens(torch.cat([logits[i] for i in first])[:, None], params.select(first))
-                for row, token in zip(first, tokens[:, 0].tolist()):
-                    batch[row].output_token_ids.append(token)
+            logits, offsets, failed = self._after_forward(batch, feeds, output, params)
             for k, rows in self._groups(feeds, skip=failed).items():
                 draft_tokens, draft_probs, proposal_ok = self.buffer.read([batch[i].slot for i in rows], k)
                 if not proposal_ok:
@@ -196,6 +179,20 @@ class SpecEngine:
         )
 
     # ------------------------------------------------------------------ 3. accept
+    def _after_forward(self, batch: list[Request], feeds: list[Feed], output: ForwardOutput, params: BatchParams):
+        """Logits per request, token offsets and the rows whose logits were not finite (finished with an error);
+        a request whose prompt just completed samples its first token."""
+        logits = torch.split(output.logits, [feed.num_logits for feed in feeds])
+        offsets = list(itertools.accumulate((len(feed.tokens) for feed in feeds), initial=0))
+        first = self._advance_prefill(batch, feeds, output, offsets)
+        failed = self._contain_nonfinite(batch, feeds, output.logits)
+        first = [row for row in first if row not in failed]
+        if first:
+            tokens = sample_tokens(torch.cat([logits[i] for i in first])[:, None], params.select(first))
+            for row, token in zip(first, tokens[:, 0].tolist()):
+                batch[row].output_token_ids.append(token)
+        return logits, offsets, failed
+
     def _advance_prefill(self, batch: list[Request], feeds: list[Feed], output: ForwardOutput,
                          offsets: list[int]) -> list[int]:
         """Count the fed prefill chunks; the rows whose prompt is now complete (they sample a first token)."""

@@ -12,17 +12,17 @@ Same phases as ``SpecEngine.step`` (schedule -> target forward -> accept -> fini
 """
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Callable, Optional
 
 import torch
 
 from specdec_cli.drafters.eagle3_tree import DraftTree, TreeFeatureDrafter
-from specdec_cli.engine.engine import EngineOptions, Feed, SpecEngine, draft_len_for
+from specdec_cli.engine.adaptive import draft_len_for
+from specdec_cli.engine.engine import EngineOptions, Feed, SpecEngine
 from specdec_cli.engine.request import Request
 from specdec_cli.models import ForwardOutput, Transformer
-from specdec_cli.sampling import BatchParams, expand_draft_probs, filtered_probs, sample_tokens
+from specdec_cli.sampling import BatchParams, expand_draft_probs, filtered_probs
 from specdec_cli.sampling.tree import tree_accept, tree_greedy_accept
 
 EMPTY_TREE = DraftTree([], [], [])
@@ -64,15 +64,7 @@ class TreeSpecEngine(SpecEngine):
             )
 
         with self.stats.timed("accept"):
-            logits = torch.split(output.logits, [feed.num_logits for feed in feeds])
-            offsets = list(itertools.accumulate((len(feed.tokens) for feed in feeds), initial=0))
-            first = self._advance_prefill(batch, feeds, output, offsets)
-            failed = self._contain_nonfinite(batch, feeds, output.logits)
-            first = [row for row in first if row not in failed]
-            if first:
-                tokens = sample_tokens(torch.cat([logits[i] for i in first])[:, None], params.select(first))
-                for row, token in zip(first, tokens[:, 0].tolist()):
-                    batch[row].output_token_ids.append(token)
+            logits, offsets, failed = self._after_forward(batch, feeds, output, params)
             for row, (request, feed) in enumerate(zip(batch, feeds)):
                 if not feed.prefill and row not in failed:
                     emitted, path = self._walk(trees[row], logits[row], params.select([row]))

@@ -68,29 +68,21 @@ def one_template_prompt(rng: random.Random, *, math: bool = True) -> str:
     """One instruction from the templates; ``math=False`` leaves out the arithmetic word problems."""
     topic, other = rng.sample(TOPICS, 2)
     kind = rng.randrange(12) if math else rng.choice((0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11))
-    if kind == 0:
-        return f"Explain {topic} to {rng.choice(AUDIENCES)}."
-    if kind == 1:
-        return f"How do I {rng.choice(TASKS)}? Give clear steps."
-    if kind == 2:
-        return f"What are the main differences between {topic} and {other}?"
-    if kind == 3:
-        return f"Write {rng.choice(STYLES)} about {topic}."
-    if kind == 4:
-        return f"Write a {rng.choice(LANGUAGES)} function that {rng.choice(CODE_TASKS)}."
-    if kind == 5:
-        return _math_problem(rng)
-    if kind == 6:
-        return f"List {rng.randint(3, 7)} interesting facts about {topic}."
-    if kind == 7:
-        return f"Give me some advice on {rng.choice(TASKS)}."
-    if kind == 8:
-        return f"Summarize the pros and cons of {topic} in a few sentences."
-    if kind == 9:
-        return f"Write a short email to {rng.choice(NAMES)} about {topic}."
-    if kind == 10:
-        return f"What is {topic}, and why does it matter?"
-    return f"Answer briefly: what is one common misconception about {topic}?"
+    templates = (  # evaluated lazily: each kind draws from ``rng`` only what its text needs
+        lambda: f"Explain {topic} to {rng.choice(AUDIENCES)}.",
+        lambda: f"How do I {rng.choice(TASKS)}? Give clear steps.",
+        lambda: f"What are the main differences between {topic} and {other}?",
+        lambda: f"Write {rng.choice(STYLES)} about {topic}.",
+        lambda: f"Write a {rng.choice(LANGUAGES)} function that {rng.choice(CODE_TASKS)}.",
+        lambda: _math_problem(rng),
+        lambda: f"List {rng.randint(3, 7)} interesting facts about {topic}.",
+        lambda: f"Give me some advice on {rng.choice(TASKS)}.",
+        lambda: f"Summarize the pros and cons of {topic} in a few sentences.",
+        lambda: f"Write a short email to {rng.choice(NAMES)} about {topic}.",
+        lambda: f"What is {topic}, and why does it matter?",
+        lambda: f"Answer briefly: what is one common misconception about {topic}?",
+    )
+    return templates[kind]()
 
 
 def distill_prompts(count: int, seed: int = 0) -> list[str]:

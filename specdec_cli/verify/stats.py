@@ -58,3 +58,16 @@ def fit(counts: torch.Tensor, probs: torch.Tensor, *, min_expected: float = 5.0,
     chi2 = float(((observed_cells - expected_cells) ** 2 / expected_cells).sum())
     dof = max(int(keep.sum()) - 1, 1)
     return FitResult(chi2, dof, float(scipy_stats.chi2.sf(chi2, dof)), tv, bound, total)
+
+
+def check_three_token_law(samples: torch.Tensor, law: torch.Tensor) -> None:
+    """Sampled 3-token continuations ``samples [N, 3]`` follow ``law [V, V, V]`` jointly (chi-square) and per
+    position (chi-square + TV, ``verify.stats.fit``); raises AssertionError with the failing fit."""
+    vocab = law.shape[0]
+    index = (samples[:, 0] * vocab + samples[:, 1]) * vocab + samples[:, 2]
+    joint = fit(torch.bincount(index, minlength=law.numel()), law.flatten())
+    assert joint.p_value > 1e-4, joint
+    for position in range(3):
+        marginal = law.sum(dim=[d for d in range(3) if d != position])
+        result = fit(torch.bincount(samples[:, position], minlength=vocab), marginal)
+        assert result.passed, (position, result)

@@ -2,26 +2,16 @@
 group chosen twice (Hydra would silently take the last) in run, check, train, serve and the Python API."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from specdec_cli.api.llm import LLM
-from specdec_cli.cli.main import main
 from specdec_cli.errors import ConfigError
+from specdec_cli.testing import run_cli_main as specdec
 
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
 TWICE = "error: method given twice (method=ngram, method=eagle3): choose it once (sweep with -m method=a,b)"
-
-
-def specdec(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
-    monkeypatch.setenv("SPECDEC_DEBUG", "0")
-    monkeypatch.setattr(sys, "argv", ["specdec", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code or 0, captured.out, captured.err
 
 
 def test_check_with_a_sweep_flag_is_an_error_line(monkeypatch, capsys) -> None:

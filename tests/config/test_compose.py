@@ -43,7 +43,7 @@ def test_every_option_composes_into_its_schema(group: str, option: str) -> None:
 
 def test_defaults() -> None:
     cfg = compose_config([])
-    assert (cfg.method.name, cfg.sampler.name, cfg.rejection.mode) == ("suffix", "greedy", "auto")
+    assert (cfg.method.name, cfg.sampler.name, cfg.rejection.mode) == ("eagle3", "greedy", "auto")
     assert (cfg.parallelism.name, cfg.model.name, cfg.workload.name) == ("single", "smollm2_135m", "showcase")
     assert cfg.model.path is None and cfg.workload.source == "inline" and len(cfg.workload.prompts) == 6
     assert not cfg.baseline and cfg.method.draft_len_schedule == {}  # make run adds baseline=true

@@ -9,10 +9,11 @@ import torch
 from rich.console import Console
 
 from specdec_cli.config.schema import MethodConfig, NoneMethodConfig
+from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.models import Transformer
-from specdec_cli.verify.stats import fit
+from specdec_cli.verify.stats import check_three_token_law
 from specdec_cli.testing import exact_sequence_law
 from specdec_cli.train.features import FeatureExtractor, OnlineFeatures, Sequences
 from specdec_cli.train.heads import new_eagle3, new_mtp
@@ -44,11 +45,7 @@ def generate(engine: SpecEngine, prompts: list[list[int]], params, max_new: int)
     params_list = params if isinstance(params, list) else [params] * len(prompts)
     requests = [Request(id=str(i), prompt_token_ids=list(p), params=par, max_new_tokens=max_new)
                 for i, (p, par) in enumerate(zip(prompts, params_list))]
-    for request in requests:
-        engine.add_request(request)
-    while engine.has_work():
-        engine.step()
-    return [r.output_token_ids for r in requests]
+    return [r.output_token_ids for r in run_to_completion(engine, requests)]
 
 
 def check_law(target: Transformer, method: MethodConfig, sampler: str, num: int = 3000) -> None:
@@ -60,13 +57,7 @@ def check_law(target: Transformer, method: MethodConfig, sampler: str, num: int 
     samples = torch.tensor(generate(engine, [prompt] * num, [SamplingParams(seed=i, **params) for i in range(num)], 3))
     assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
     assert engine.stats.guard_fallbacks == 0
-    index = (samples[:, 0] * VOCAB + samples[:, 1]) * VOCAB + samples[:, 2]
-    joint = fit(torch.bincount(index, minlength=law.numel()), law.flatten())
-    assert joint.p_value > 1e-4, joint
-    for position in range(3):
-        marginal = law.sum(dim=[d for d in range(3) if d != position])
-        result = fit(torch.bincount(samples[:, position], minlength=VOCAB), marginal)
-        assert result.passed, (position, result)
+    check_three_token_law(samples, law)
 
 
 def check_staggered(target, method: MethodConfig) -> None:

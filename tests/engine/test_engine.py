@@ -15,7 +15,8 @@ from specdec_cli.config.schema import (
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import DrafterDeps, Proposal
 from specdec_cli.drafters.draft_target import ModelDrafter
-from specdec_cli.engine.engine import EngineOptions, SpecEngine, draft_len_for
+from specdec_cli.engine.adaptive import draft_len_for
+from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.metrics import distribution
 from specdec_cli.engine.proposals import PLACEHOLDER_DRAFT_ID, ProposalBuffer
 from specdec_cli.engine.request import Request, SamplingParams

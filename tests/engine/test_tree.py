@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.testing import toy_model
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2]
@@ -24,12 +25,17 @@ def _paths(parents: list[int]) -> list[list[int]]:
     return paths
 
 
-@torch.inference_mode()
-def test_tree_forward_equals_every_path_alone():
+def _prefilled():
+    """A toy model and a 2-slot cache whose slot 0 holds PROMPT; (model, cache, prompt length)."""
     model = toy_model(3, vocab_size=32, num_layers=2)
     cache = model.new_cache(2, 64)
     model(cache, [0], torch.tensor(PROMPT))
-    start = cache.length(0)
+    return model, cache, cache.length(0)
+
+
+@torch.inference_mode()
+def test_tree_forward_equals_every_path_alone():
+    model, cache, start = _prefilled()
     tree = model(cache, [0], torch.tensor(FED), tree_parents=[PARENTS], hidden_layers=(0,))
     assert cache.length(0) == start + len(FED)
     for path in _paths(PARENTS):
@@ -42,10 +48,7 @@ def test_tree_forward_equals_every_path_alone():
 
 @torch.inference_mode()
 def test_keep_rows_compacts_the_accepted_path():
-    model = toy_model(3, vocab_size=32, num_layers=2)
-    cache = model.new_cache(2, 64)
-    model(cache, [0], torch.tensor(PROMPT))
-    start = cache.length(0)
+    model, cache, start = _prefilled()
     model(cache, [0], torch.tensor(FED), tree_parents=[PARENTS])
     path = [0, 2, 6]
     cache.keep_rows(0, start, path)
@@ -82,11 +85,7 @@ def _generate(engine, prompts, params, max_new):
     params = params if isinstance(params, list) else [params] * len(prompts)
     requests = [Request(id=str(i), prompt_token_ids=list(p), params=s, max_new_tokens=max_new)
                 for i, (p, s) in enumerate(zip(prompts, params))]
-    for request in requests:
-        engine.add_request(request)
-    while engine.has_work():
-        engine.step()
-    return [r.output_token_ids for r in requests]
+    return [r.output_token_ids for r in run_to_completion(engine, requests)]
 
 
 def test_tree_drafts_respect_topk_depth_and_budget():
@@ -165,7 +164,7 @@ def test_sampled_tree_is_reproducible_per_seed_and_respects_top_k():
 def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k):
     from specdec_cli.engine.request import SamplingParams
     from specdec_cli.testing import exact_sequence_law
-    from specdec_cli.verify.stats import fit
+    from specdec_cli.verify.stats import check_three_token_law
 
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompt, num = [3, 1, 4, 1, 5], 1500
@@ -174,10 +173,4 @@ def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k):
     samples = torch.tensor(_generate(engine, [prompt] * num,
                                      [SamplingParams(temperature=1.0, top_k=top_k, seed=i) for i in range(num)], 3))
     assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
-    index = (samples[:, 0] * VOCAB + samples[:, 1]) * VOCAB + samples[:, 2]
-    joint = fit(torch.bincount(index, minlength=law.numel()), law.flatten())
-    assert joint.p_value > 1e-4, joint
-    for position in range(3):
-        marginal = law.sum(dim=[d for d in range(3) if d != position])
-        result = fit(torch.bincount(samples[:, position], minlength=VOCAB), marginal)
-        assert result.passed, (position, result)
+    check_three_token_law(samples, law)

@@ -2,19 +2,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from specdec_cli.cli.main import main
 from specdec_cli.config.methods import TABLE, trainable_methods
 from specdec_cli.config.schema import ModelConfig, TrainConfig
 from specdec_cli.config.train_root import narrow, train_root_schema
 from specdec_cli.drafters.dflash import load_dflash
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.pard import load_pard
+from specdec_cli.testing import run_cli_main as specdec
 from specdec_cli.testing import toy_model
 from specdec_cli.train import pipeline
 from specdec_cli.train.data import _save_shard
@@ -22,15 +21,6 @@ from specdec_cli.train.methods import TRAINERS, train_schemas
 from specdec_cli.train.pipeline import check_train_config
 
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
-
-
-def specdec(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setenv("SPECDEC_DEBUG", "0")
-    monkeypatch.setattr(sys, "argv", ["specdec", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        main()
-    captured = capsys.readouterr()
-    return exit_info.value.code or 0, captured.out, captured.err
 
 
 @pytest.mark.parametrize("args,expected", [
