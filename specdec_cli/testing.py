@@ -64,22 +64,3 @@ def exact_sequence_law(model: Transformer, prompt: list[int], num_tokens: int, *
         law = (law[:, None] * probs).reshape(-1)
         prefixes = torch.cat([prefixes.repeat_interleave(vocab, 0), torch.arange(vocab).repeat(rows)[:, None]], 1)
     return law.view(*([vocab] * num_tokens))
-
-
-
-def run_cli_main(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
-    """``specdec <argv>`` in-process through the real entry point (errors printed, no traceback):
-    (exit code, stdout, stderr). ``monkeypatch`` and ``capsys`` are pytest's fixtures."""
-    import sys
-
-    from specdec_cli.cli.main import main
-
-    monkeypatch.setenv("SPECDEC_DEBUG", "0")
-    monkeypatch.setattr(sys, "argv", ["specdec", *argv])
-    try:
-        main()
-        code = 0
-    except SystemExit as done:
-        code = done.code or 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err

@@ -8,7 +8,8 @@ import pytest
 
 from specdec_cli.api.llm import LLM
 from specdec_cli.errors import ConfigError
-from specdec_cli.testing import run_cli_main as specdec
+
+from cli_runner import run_cli_main as specdec
 
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
 TWICE = "error: method given twice (method=ngram, method=eagle3): choose it once (sweep with -m method=a,b)"

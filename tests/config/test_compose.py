@@ -82,7 +82,7 @@ def test_dict_field_is_set_with_double_plus() -> None:
     ("overrides", "expected"),
     [
         ("method.foo=1", "Key 'foo' not in 'Eagle3MethodConfig'"),
-        ("+method.foo=1", "method.foo is not a field of SuffixMethodConfig"),
+        ("+method.foo=1", "method.foo is not a field of Eagle3MethodConfig"),
         ("+foo=1", "foo is not a field of RunConfig"),
         ("method=eagle3 method.min_n=3", "Key 'min_n' not in 'Eagle3MethodConfig'"),
         ("method.num_draft_tokens=abc", "could not be converted to Integer"),

@@ -13,12 +13,13 @@ from specdec_cli.config.train_root import narrow, train_root_schema
 from specdec_cli.drafters.dflash import load_dflash
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.pard import load_pard
-from specdec_cli.testing import run_cli_main as specdec
 from specdec_cli.testing import toy_model
 from specdec_cli.train import pipeline
 from specdec_cli.train.data import _save_shard
 from specdec_cli.train.methods import TRAINERS, train_schemas
 from specdec_cli.train.pipeline import check_train_config
+
+from cli_runner import run_cli_main as specdec
 
 QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
 
