@@ -266,6 +266,15 @@ def check_parallelism(parallelism: ParallelismConfig) -> list[str]:
     return out
 
 
+def check_single_process(cfg: RunConfig) -> list[str]:
+    """``baseline`` and ``profile`` measure one process: refused with a parallel run."""
+    if cfg.parallelism.tp <= 1 and cfg.parallelism.dp <= 1:
+        return []
+    why = {"baseline": "has no autoregressive baseline", "profile": "is not profiled (one trace per process)"}
+    return [f"{flag}=true runs in a single process; parallelism={cfg.parallelism.name} {reason} "
+            "(use parallelism=single)" for flag, reason in why.items() if getattr(cfg, flag)]
+
+
 def not_one_of(key: str, value: object, allowed: tuple[str, ...]) -> str:
     """The message for a value outside its allowed choices."""
     return f"{key}={value} is not one of: {', '.join(allowed)}"

@@ -213,6 +213,9 @@ class RunConfig:
     # also run method=none on the same requests, same engine settings and model load (metrics.baseline,
     # metrics.speedup; greedy runs also record metrics.baseline_identical); single process only
     baseline: bool = False
+    # per-step time breakdown (profile_steps.jsonl) and a torch.profiler trace (profile_trace.json, open it in
+    # Perfetto or chrome://tracing) in the output directory; single process only; slows the run a little
+    profile: bool = False
 
 
 # --------------------------------------------------------------------------- train

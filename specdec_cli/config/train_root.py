@@ -51,6 +51,6 @@ def narrow(flat: TrainConfig, schemas: dict[str, type[TrainConfig]]) -> tuple[Tr
         for f in _own_fields(other):
             if f.metadata.get("exclusive") and f.name not in mine and getattr(flat, f.name) != f.default:
                 readers.setdefault(f.name, []).append(name)
-    problems = [f"{field} is read by {' and '.join(names)} only, not method={flat.method.name}"
+    problems = [f"{field} is read by {', '.join(names)} only, not method={flat.method.name}"
                 for field, names in readers.items()]
     return schema(**{name: getattr(flat, name) for name in mine}), problems

@@ -23,6 +23,7 @@ from specdec_cli.config.fields import (
     check_objective,
     check_parallelism,
     check_sampler,
+    check_single_process,
     check_tree,
     check_workload,
     request_samplers,
@@ -48,7 +49,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     found.violations += check_workload(cfg.workload)
     found.violations += check_model(cfg.model)
     found.violations += check_engine(cfg.engine, cfg.workload)
-    found.violations += check_parallelism(cfg.parallelism)
+    found.violations += check_parallelism(cfg.parallelism) + check_single_process(cfg)
     found.violations += check_objective(cfg.objective)
     found.violations += check_features(cfg)
     found.violations += check_tree(cfg)

@@ -123,7 +123,7 @@ class SpecEngine:
             rows = [i for i, request in enumerate(batch) if request.finish_reason is None and not request.in_prefill]
             if self.drafter is not None and rows:
                 self._draft([batch[i] for i in rows], params.select(rows))
-        self.stats.step_s += time.perf_counter() - started
+        self.stats.end_step(started, len(batch))
         return finished
 
     def _contain_nonfinite(self, batch: list[Request], feeds: list[Feed], logits: torch.Tensor) -> set[int]:

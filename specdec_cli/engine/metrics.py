@@ -7,15 +7,19 @@
 - ``accepted_per_step[i]``: verify steps (per request) that accepted exactly i drafts (a histogram).
 - ``time_breakdown_s``: seconds summed over the run's steps in the target forward (verify + prefill),
   drafting and acceptance; ``other`` = the steps' wall time minus those three (scheduling, buffers, Python).
+- ``profile=true``: ``steps`` holds each step's {target_forward, draft, accept, other} seconds, batch size,
+  drafts proposed and tokens emitted, and each phase is a ``specdec.<phase>`` range in the torch.profiler trace.
 - ``ttft_s`` / ``tpot_s`` / ``itl_s``: latency {mean, p50, p95, p99} over finished requests (ITL: over
   emitted tokens); see ``Request`` for the definitions.
 """
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, Optional
+
+from torch.profiler import record_function
 
 if TYPE_CHECKING:
     from specdec_cli.engine.request import Request
@@ -55,6 +59,8 @@ class SpecStats:
     accept_s: float = 0.0
     latency: Latency = field(default_factory=Latency)
     backend_usage: dict[str, int] = field(default_factory=dict)  # rejection groups per kernel (engine/rules.py)
+    steps: Optional[list[dict]] = None  # profile=true: one record per step (else None: nothing kept)
+    _totals_before: dict[str, float] = field(default_factory=dict, repr=False)  # cumulative, at the last step
 
     def observe(self, num_drafts: int, num_emitted: int) -> None:
         """One request's verify step: ``num_drafts`` proposed, ``num_emitted`` tokens out."""
@@ -85,9 +91,23 @@ class SpecStats:
         """Add the wall time of the block to ``<phase>_s`` (host clock: on CUDA, synchronise before reading it)."""
         start = time.perf_counter()
         try:
-            yield
+            with record_function(f"specdec.{phase}") if self.steps is not None else nullcontext():
+                yield
         finally:
             setattr(self, f"{phase}_s", getattr(self, f"{phase}_s") + time.perf_counter() - start)
+
+    def end_step(self, started: float, batch_size: int) -> None:
+        """Close the step begun at ``started`` (perf_counter): add its wall time; when profiling, keep its record."""
+        seconds = time.perf_counter() - started
+        self.step_s += seconds
+        if self.steps is None:
+            return
+        totals = {**{p: getattr(self, f"{p}_s") for p in PHASES},
+                  "drafts": self.proposed_drafts, "emitted": self.emitted_tokens}
+        record = {name: value - self._totals_before.get(name, 0) for name, value in totals.items()}
+        record["other"] = max(0.0, seconds - sum(record[p] for p in PHASES))
+        self.steps.append({"step": len(self.steps), "batch": batch_size, **record})
+        self._totals_before = totals
 
     def time_breakdown(self) -> dict[str, float]:
         """{target_forward, draft, accept, other} seconds; they sum to ``step_s``."""

@@ -77,7 +77,7 @@ class TreeSpecEngine(SpecEngine):
             for request in batch:
                 if request.finish_reason is None and not request.in_prefill:
                     self.trees[request.slot] = self._propose(request)
-        self.stats.step_s += time.perf_counter() - started
+        self.stats.end_step(started, len(batch))
         return finished
 
     def _walk(self, tree: DraftTree, logits: torch.Tensor, params: BatchParams) -> tuple[list[int], list[int]]:

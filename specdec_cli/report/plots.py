@@ -3,7 +3,9 @@
 - ``acceptance_speedup.png``: acceptance length and speed-up per method × sampler (grouped bars);
 - ``per_position_acceptance.png``: P(draft i accepted | proposed) per run;
 - ``tokens_per_s_vs_k.png``: throughput against the draft length K per method × sampler;
-- ``accepted_per_step.png``: the share of verify steps that accepted 0, 1, ..., K drafts, per run.
+- ``accepted_per_step.png``: the share of verify steps that accepted 0, 1, ..., K drafts, per run;
+- ``time_breakdown.png``: milliseconds per generated token, stacked by phase (target forward, draft,
+  accept, other), per run.
 
 Runs that share a bar or a point (other sweeps, temperatures folded into one sampler label)
 are averaged. Every plot is written even without data (it then says so), atomically.
@@ -24,7 +26,7 @@ from specdec_cli.files import atomic_write_bytes
 from specdec_cli.report.rows import ReportRow
 
 PLOT_NAMES = ("acceptance_speedup.png", "per_position_acceptance.png", "tokens_per_s_vs_k.png",
-              "accepted_per_step.png")
+              "accepted_per_step.png", "time_breakdown.png")
 
 
 def write_plots(rows: list[ReportRow], out_dir: Path) -> list[str]:
@@ -34,6 +36,7 @@ def write_plots(rows: list[ReportRow], out_dir: Path) -> list[str]:
         per_position_figure,
         tokens_per_s_figure,
         accepted_per_step_figure,
+        time_breakdown_figure,
     )
     for name, paint in zip(PLOT_NAMES, painters):
         atomic_write_bytes(out_dir / name, figure_png(paint(rows)))
@@ -159,6 +162,29 @@ def accepted_per_step_figure(rows: list[ReportRow]) -> Figure:
         axes.legend(fontsize="x-small", ncol=2 if len(drawn) > 8 else 1)
     else:
         _no_data(axes, "no speculative runs with a step histogram (metrics.accepted_per_step)")
+    return figure
+
+
+def time_breakdown_figure(rows: list[ReportRow]) -> Figure:
+    """Stacked bars: milliseconds per generated token in each phase of the step, per run."""
+    drawn = [row for row in rows if row.ms_per_token]
+    figure = Figure(figsize=(max(6.0, 0.9 * len(drawn) + 3), 4.8))
+    axes = figure.subplots()
+    phases = list(dict.fromkeys(phase for row in drawn for phase, _ in row.ms_per_token))
+    bottoms = [0.0] * len(drawn)
+    for phase in phases:
+        heights = [dict(row.ms_per_token).get(phase, 0.0) for row in drawn]
+        axes.bar(range(len(drawn)), heights, bottom=bottoms, label=phase)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    axes.set_ylabel("ms per generated token")
+    axes.set_title("where a token's time goes (metrics.time_breakdown_s)")
+    if drawn:
+        axes.set_xticks(range(len(drawn)))
+        axes.set_xticklabels([f"{row.method} {row.sampler} K={row.k}" for row in drawn], rotation=25, ha="right",
+                             fontsize="small")
+        axes.legend(fontsize="small", title="phase")
+    else:
+        _no_data(axes, "no runs with a time breakdown (metrics.time_breakdown_s)")
     return figure
 
 

@@ -41,6 +41,7 @@ class ReportRow:
     per_category: tuple[tuple[str, dict[str, Any]], ...] = ()  # (category, metrics) of MT-Bench / Spec-Bench runs
     latency_s: tuple[tuple[str, Optional[float]], ...] = ()  # ("ttft_p50", s), ... for LATENCY x PERCENTILES
     accepted_per_step: tuple[int, ...] = ()  # [i]: verify steps that accepted i drafts
+    ms_per_token: tuple[tuple[str, float], ...] = ()  # (phase, ms per generated token) of metrics.time_breakdown_s
 
 
 def build_rows(runs: tuple[RunRecord, ...] | list[RunRecord]) -> list[ReportRow]:
@@ -70,7 +71,18 @@ def row_from_results(run: str, results: dict[str, Any]) -> ReportRow:
         per_category=tuple(sorted((metrics.get("per_category") or {}).items())),
         latency_s=latency_cells(metrics),
         accepted_per_step=tuple(int(n) for n in metrics.get("accepted_per_step") or ()),
+        ms_per_token=ms_per_token(metrics),
     )
+
+
+def ms_per_token(metrics: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    """(phase, milliseconds per generated token) of ``time_breakdown_s``; () without tokens or a breakdown."""
+    breakdown, tokens = metrics.get("time_breakdown_s") or {}, _number(metrics.get("generated_tokens"))
+    if not tokens or not isinstance(breakdown, dict):
+        return ()
+    cells = tuple((str(phase), 1000 * value / tokens) for phase, seconds in breakdown.items()
+                  if (value := _number(seconds)) is not None)
+    return cells if len(cells) == len(breakdown) else ()
 
 
 LATENCY = ("ttft", "tpot", "itl")  # metrics.<name>_s = {mean, p50, p95, p99}

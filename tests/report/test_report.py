@@ -102,7 +102,7 @@ def test_write_report_writes_tables_and_non_empty_pngs(sweep_dir: Path, tmp_path
     written = write_report(build_report(sweep_dir), out)
     names = sorted(p.name for p in written)
     assert names == ["acceptance_speedup.png", "accepted_per_step.png", "per_position_acceptance.png", "report.csv",
-                     "report.md", "tokens_per_s_vs_k.png"]
+                     "report.md", "time_breakdown.png", "tokens_per_s_vs_k.png"]
     for path in written:
         assert path.parent == out and path.stat().st_size > 0
         if path.suffix == ".png":
@@ -138,3 +138,19 @@ def test_latency_columns_and_step_histogram(tmp_path: Path) -> None:
     assert spec["accepted_per_step"] == "5 3 2 0 1" and old["ttft_p50_s"] == "" and old["accepted_per_step"] == ""
     (histogram,) = [p for p in write_report(summary, tmp_path / "out") if p.name == "accepted_per_step.png"]
     assert histogram.read_bytes()[:8] == PNG_SIGNATURE and histogram.stat().st_size > 5000
+
+
+def test_time_breakdown_becomes_milliseconds_per_token_and_a_stacked_bar(tmp_path: Path) -> None:
+    record = results_record("eagle3", "greedy")
+    record["metrics"].update(generated_tokens=200, time_breakdown_s={"target_forward": 1.0, "draft": 0.2,
+                                                                      "accept": 0.1, "other": 0.1})
+    write_job(tmp_path / "spec", ["method=eagle3"], record)
+    old = results_record("none", "greedy")
+    old["metrics"].pop("time_breakdown_s", None)  # written before the breakdown existed
+    write_job(tmp_path / "old", ["method=none"], old)
+    summary = build_report(tmp_path)
+    by_run = {row.run: row for row in summary.rows}
+    assert by_run["spec"].ms_per_token == (("target_forward", 5.0), ("draft", 1.0), ("accept", 0.5), ("other", 0.5))
+    assert by_run["old"].ms_per_token == ()
+    (plot,) = [p for p in write_report(summary, tmp_path / "out") if p.name == "time_breakdown.png"]
+    assert plot.read_bytes()[:8] == PNG_SIGNATURE and plot.stat().st_size > 5000

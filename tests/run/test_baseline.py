@@ -43,11 +43,15 @@ def test_no_baseline_by_default(tiny_model_dir, tmp_path: Path) -> None:
     assert not {"baseline", "speedup", "baseline_identical"} & metrics.keys()
 
 
-def test_parallel_runs_refuse_a_baseline_before_loading(tmp_path: Path) -> None:
-    cfg = compose_config(["parallelism=tp2", "baseline=true"])
-    with pytest.raises(ConfigError, match="baseline=true runs in a single process"):
-        run_job(cfg, resolve(cfg), tmp_path)
-    assert not any(tmp_path.iterdir())
+def test_parallel_runs_refuse_a_baseline_and_a_profile_at_validation() -> None:
+    cfg = compose_config(["parallelism=tp2", "baseline=true", "profile=true"])
+    with pytest.raises(ConfigError) as caught:
+        resolve(cfg)
+    assert caught.value.violations == [
+        "baseline=true runs in a single process; parallelism=tp2 has no autoregressive baseline (use parallelism=single)",
+        "profile=true runs in a single process; parallelism=tp2 is not profiled (one trace per process) "
+        "(use parallelism=single)",
+    ]
 
 
 def test_the_summary_shows_baseline_and_speedup(tiny_model_dir, tmp_path: Path,
