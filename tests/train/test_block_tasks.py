@@ -11,7 +11,9 @@ import pytest
 import torch
 from rich.console import Console
 
-from specdec_cli.config.schema import DflashMethodConfig, Eagle3MethodConfig, ModelConfig, PardMethodConfig
+from specdec_cli.config.schema import (
+    DflashMethodConfig, DraftTargetMethodConfig, ModelConfig, PardMethodConfig,
+)
 from specdec_cli.config.train_root import narrow, train_root_schema
 from specdec_cli.drafters.base import DraftRequest
 from specdec_cli.sampling.params import BatchParams
@@ -26,7 +28,7 @@ from specdec_cli.train import ship as ship_module
 from specdec_cli.train.heads import new_draft_model, save_draft_model
 from specdec_cli.train.methods import TRAINERS, TaskInputs, train_schemas
 from specdec_cli.train.methods.dflash import DflashTrainConfig
-from specdec_cli.train.methods.heads import HeadTrainConfig
+from specdec_cli.train.methods.draft_target import DraftTargetTrainConfig
 from specdec_cli.train.methods.pard import PardTrainConfig
 from specdec_cli.train.pipeline import check_train_config
 from specdec_cli.train.tasks import Batch, Task, teacher_argmax
@@ -242,11 +244,12 @@ def test_dflash_init_from_a_checkpoint_keeps_its_weights_with_the_trained_block_
 
 def test_init_from_is_refused_where_it_is_not_read_and_other_methods_fields_are_ignored(tmp_path: Path) -> None:
     schemas = train_schemas()
-    flat = train_root_schema(schemas)(method=Eagle3MethodConfig(), model=ModelConfig(), init_from=str(tmp_path),
+    flat = train_root_schema(schemas)(method=DraftTargetMethodConfig(), model=ModelConfig(), init_from=str(tmp_path),
                                       threads=-1, pard_layers=3)
     cfg, problems = narrow(flat, schemas)
-    assert type(cfg) is HeadTrainConfig and not hasattr(cfg, "pard_layers")
-    assert problems + check_train_config(cfg) == ["init_from is read by pard and dflash only, not method=eagle3",
-                                                  "threads=-1 must be >= 0 (0: every core)"]
+    assert type(cfg) is DraftTargetTrainConfig and not hasattr(cfg, "pard_layers")
+    assert problems + check_train_config(cfg) == [
+        "init_from is read by mtp, eagle3, pard, dflash only, not method=draft_target",
+        "threads=-1 must be >= 0 (0: every core)"]
     missing = PardTrainConfig(method=PardMethodConfig(), model=ModelConfig(), init_from=str(tmp_path))
     assert check_train_config(missing) == [f"init_from={tmp_path}: no config.json there (a checkpoint directory is expected)"]

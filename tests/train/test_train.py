@@ -9,6 +9,7 @@ import pytest
 import torch
 from rich.console import Console
 
+from specdec_cli.config.schema import Eagle3MethodConfig, ModelConfig, MtpMethodConfig
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.learned import arch_config
 from specdec_cli.drafters.mtp import load_mtp
@@ -16,6 +17,8 @@ from specdec_cli.models import ModelArch
 from specdec_cli.models.loading import load_hf_dir
 from specdec_cli.testing import toy_arch
 from specdec_cli.train.features import CachedFeatures, FeatureExtractor, OnlineFeatures, Sequences
+from specdec_cli.train.methods import TRAINERS, TaskInputs
+from specdec_cli.train.methods.heads import HeadTrainConfig
 from specdec_cli.train.heads import draft_vocabulary, new_draft_model, new_eagle3, new_mtp, vocab_maps
 from specdec_cli.train.tasks import DraftModelTask, HeadTask, Task, chain_stats
 from specdec_cli.train.trainer import Trainer, TrainOptions, learning_rate
@@ -69,6 +72,25 @@ def test_training_lowers_the_loss_and_checkpoints_round_trip(target, sequences, 
         loaded = (load_eagle3 if method == "eagle3" else load_mtp)(artifact, target)
     saved = task.module.state_dict()
     assert all(torch.equal(tensor, saved[name]) for name, tensor in loaded.state_dict().items())
+
+
+@pytest.mark.parametrize("method", ["eagle3", "mtp"])
+def test_a_head_warm_starts_from_a_checkpoint_with_its_weights_and_vocabulary(target, sequences, tmp_path: Path,
+                                                                             method: str) -> None:
+    """``init_from``: the head starts as the checkpoint (weights and d2t, not the corpus's vocabulary), trainable."""
+    start = make_task(method, target)
+    with torch.no_grad():
+        next(start.module.parameters()).add_(0.5)  # not the seeded init
+    make_trainer(start, target, sequences, tmp_path / "start", steps=1).run()
+    method_config = Eagle3MethodConfig(target_layers=[0, 1, 1]) if method == "eagle3" else MtpMethodConfig()
+    cfg = HeadTrainConfig(method=method_config, model=ModelConfig(), init_from=str(tmp_path / "start" / "draft"),
+                          draft_vocab_size=4)
+    task = TRAINERS.get(method).build_task(cfg, TaskInputs(target, None, sequences, 20, None))
+    saved = load_eagle3 if method == "eagle3" else load_mtp
+    expected = saved(tmp_path / "start" / "draft", target).state_dict()
+    got = task.module.state_dict()
+    assert got.keys() == expected.keys() and all(torch.equal(got[name], expected[name]) for name in expected)
+    assert task.module.training and all(p.requires_grad for p in task.module.parameters())
 
 
 def test_resume_continues_from_the_saved_step(target, sequences, check_resume) -> None:

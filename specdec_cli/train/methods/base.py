@@ -7,12 +7,15 @@ checks the chosen one with its ``check`` and trains the ``Task`` its ``build_tas
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
 
 from specdec_cli.config.schema import TrainConfig
+from specdec_cli.config.train_root import EXCLUSIVE
+from specdec_cli.drafters.learned import shipped_checkpoint
 from specdec_cli.models import Transformer, eagle3_default_layers
 from specdec_cli.registry import Registry
 from specdec_cli.train.features import Sequences
@@ -51,3 +54,25 @@ def at_least_one(cfg: TrainConfig, names: tuple[str, ...]) -> list[str]:
 def shared_layers(target: Transformer) -> tuple[int, ...]:
     """The target layers every feature cache stores (EAGLE-3's defaults; none for a target under 4 layers)."""
     return eagle3_default_layers(target.arch.num_layers) if target.arch.num_layers >= 4 else ()
+
+
+#: ``init_from``, a field of the schemas that can warm-start: start from this checkpoint instead of random
+#: weights ("shipped": the project's own draft of this method; a resumed run ignores it). EXCLUSIVE: an error
+#: under a method that does not read it, which would silently start from scratch
+INIT_FROM: Any = field(default=None, metadata=EXCLUSIVE)
+
+
+def check_init_from(cfg: TrainConfig) -> list[str]:
+    """``init_from`` names "shipped" or a checkpoint directory."""
+    init = getattr(cfg, "init_from", None)
+    if init and init != "shipped" and not (Path(init).expanduser() / "config.json").is_file():
+        return [f"init_from={init}: no config.json there (a checkpoint directory is expected)"]
+    return []
+
+
+def init_dir(cfg: TrainConfig) -> Optional[Path]:
+    """``init_from`` as a path (None: start from random weights); "shipped": the project's own draft."""
+    init = getattr(cfg, "init_from", None)
+    if init == "shipped":
+        return shipped_checkpoint(cfg.method.name, "checkpoint")
+    return Path(init).expanduser() if init else None

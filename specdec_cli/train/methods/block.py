@@ -1,15 +1,14 @@
 """What PARD and DFlash share: a block of mask tokens drafted in one forward, optionally from a checkpoint."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from specdec_cli.config.schema import TrainConfig
-from specdec_cli.config.train_root import EXCLUSIVE
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer
 from specdec_cli.train.block_tasks import default_mask_token_id
+from specdec_cli.train.methods.base import INIT_FROM, check_init_from
 
 
 @dataclass
@@ -19,9 +18,7 @@ class BlockTrainConfig(TrainConfig):
     # the mask token id; None: pard's method.mask_token_id, else the first vocabulary row past the
     # tokenizer, its mask token, or its highest unused special token (SmolLM2: 16, <empty_output>)
     mask_token_id: Optional[int] = None
-    # start from this checkpoint instead of random weights (a resumed run ignores it); see each method.
-    # EXCLUSIVE: an error under another method, which would silently start from scratch
-    init_from: Optional[str] = field(default=None, metadata=EXCLUSIVE)
+    init_from: Optional[str] = INIT_FROM
 
 
 def check_block(cfg: BlockTrainConfig) -> list[str]:
@@ -29,14 +26,7 @@ def check_block(cfg: BlockTrainConfig) -> list[str]:
     out = []
     if cfg.mask_token_id is not None and cfg.mask_token_id < 0:
         out.append(f"mask_token_id={cfg.mask_token_id} must be >= 0")
-    if cfg.init_from and not (Path(cfg.init_from).expanduser() / "config.json").is_file():
-        out.append(f"init_from={cfg.init_from}: no config.json there (a checkpoint directory is expected)")
-    return out
-
-
-def init_dir(cfg: BlockTrainConfig) -> Optional[Path]:
-    """``init_from`` as a path (None: start from random weights)."""
-    return Path(cfg.init_from).expanduser() if cfg.init_from else None
+    return out + check_init_from(cfg)
 
 
 def mask_token(cfg: BlockTrainConfig, target: Transformer, tokenizer: Any) -> int:

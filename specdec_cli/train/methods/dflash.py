@@ -9,7 +9,8 @@ from specdec_cli.errors import ConfigError
 from specdec_cli.train.block_tasks import DflashTask
 from specdec_cli.train.dflash_objective import init_dflash
 from specdec_cli.train.methods.base import TRAINERS, MethodTrainer, TaskInputs, at_least_one, shared_layers
-from specdec_cli.train.methods.block import BlockTrainConfig, check_block, init_dir, mask_token
+from specdec_cli.train.methods.base import init_dir
+from specdec_cli.train.methods.block import BlockTrainConfig, check_block, mask_token
 from specdec_cli.train.tasks import Task
 
 

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from specdec_cli.config.schema import TrainConfig
+from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.mtp import load_mtp
 from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp
-from specdec_cli.train.methods.base import TRAINERS, MethodTrainer, TaskInputs, at_least_one
+from specdec_cli.train.methods.base import (
+    INIT_FROM, TRAINERS, MethodTrainer, TaskInputs, at_least_one, check_init_from, init_dir,
+)
 from specdec_cli.train.tasks import HeadTask, Task
 
 
@@ -18,13 +23,15 @@ class HeadTrainConfig(TrainConfig):
     ttt_steps: int = 3  # chain steps unrolled per example (training-time test; 1: none)
     step_weight: float = 0.8  # loss weight of unrolled step j is step_weight ** j
     draft_vocab_size: int = 8192  # most frequent response tokens (d2t); <= 0: the target's vocabulary
+    # warm start: a head of this method (its weights and draft vocabulary; "shipped": the project's own)
+    init_from: Optional[str] = INIT_FROM
 
 
 def check_head(cfg: HeadTrainConfig) -> list[str]:
     out = at_least_one(cfg, ("ttt_steps",))
     if not cfg.step_weight > 0:
         out.append(f"step_weight={cfg.step_weight} must be > 0")
-    return out
+    return out + check_init_from(cfg)
 
 
 def draft_vocab_ids(cfg: HeadTrainConfig, inputs: TaskInputs) -> torch.Tensor | None:
@@ -42,6 +49,11 @@ def draft_vocab_ids(cfg: HeadTrainConfig, inputs: TaskInputs) -> torch.Tensor | 
 
 
 def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
+    init, target = init_dir(cfg), inputs.target
+    if init is not None:
+        head = load_eagle3(init, target, target_layers=getattr(cfg.method, "target_layers", None),
+                           device=target.device)
+        return HeadTask(head.train(), target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
     ids = draft_vocab_ids(cfg, inputs)
     ids = ids if ids is not None else torch.arange(inputs.target.arch.vocab_size)
     head = new_eagle3(inputs.target, ids, hidden_layers=getattr(cfg.method, "target_layers", None), seed=cfg.seed)
@@ -49,7 +61,11 @@ def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
 
 
 def build_mtp_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
-    head = new_mtp(inputs.target, draft_vocab_ids(cfg, inputs), seed=cfg.seed)
+    init = init_dir(cfg)
+    if init is not None:
+        head = load_mtp(init, inputs.target, device=inputs.target.device).train()
+    else:
+        head = new_mtp(inputs.target, draft_vocab_ids(cfg, inputs), seed=cfg.seed)
     return HeadTask(head, inputs.target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
 
 

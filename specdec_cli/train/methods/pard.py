@@ -14,7 +14,8 @@ from specdec_cli.models import Transformer
 from specdec_cli.models.loading import ModelLoadError, load_hf_dir
 from specdec_cli.train.block_tasks import PardTask
 from specdec_cli.train.methods.base import TRAINERS, MethodTrainer, TaskInputs, at_least_one
-from specdec_cli.train.methods.block import BlockTrainConfig, check_block, init_dir, mask_token
+from specdec_cli.train.methods.base import init_dir
+from specdec_cli.train.methods.block import BlockTrainConfig, check_block, mask_token
 from specdec_cli.train.pard_objective import init_pard_from_target
 from specdec_cli.train.tasks import Task
 
