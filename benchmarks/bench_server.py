@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import statistics
 import sys
 import time
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import torch
 
 from specdec_cli.api import LLM
 from specdec_cli.config.schema import WorkloadConfig
@@ -140,7 +143,8 @@ def table(results: list[MethodResult], args: argparse.Namespace) -> str:
     command = " ".join(["python", "benchmarks/bench_server.py", *sys.argv[1:]])
     return (f"# specdec serve under load\n\n`{command}`\n\n{args.requests} streaming chat requests, "
             f"{args.concurrency} concurrent clients, max_tokens={args.max_tokens}, engine.max_batch_size="
-            f"{args.batch}, loopback.\n\n" + "\n".join(lines) + "\n")
+            f"{args.batch}, loopback.\nMachine: {platform.machine()}, {os.cpu_count()} vCPUs, torch {torch.__version__}, "
+            f"{time.strftime('%Y-%m-%d')}.\n\n" + "\n".join(lines) + "\n")
 
 
 def main() -> None:
