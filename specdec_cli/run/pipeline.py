@@ -26,12 +26,12 @@ from specdec_cli.engine.request import Request
 from specdec_cli.engine.tree import TreeSpecEngine
 from specdec_cli.engine.workload import build_requests, check_requests, read_workload
 from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.loading import COMPUTE_DTYPES
 from specdec_cli.models.quantize import quantize_model
 
 if TYPE_CHECKING:
     from specdec_cli.parallel.context import RankContext
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.float32}  # int8: weights only
 
 DrafterBuilder = Callable[[MethodConfig, DrafterDeps], Optional[Drafter]]
 
@@ -56,7 +56,7 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_ranks))
     torch.manual_seed(cfg.sampler.seed)
     device = rank_ctx.device if rank_ctx is not None else torch.device(effective.device)
-    dtype = DTYPES[cfg.model.dtype]
+    dtype = COMPUTE_DTYPES[cfg.model.dtype]
     rows = read_workload(cfg.workload) if with_workload else []  # every row validated before the model loads
     target, tokenizer = load_model(cfg.model.path, dtype=dtype, device=device)
     if cfg.model.dtype == "int8":

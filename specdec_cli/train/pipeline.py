@@ -22,7 +22,7 @@ from specdec_cli.config.methods import trainable_methods
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import load_model
-from specdec_cli.models.loading import EMBEDDED_NAME
+from specdec_cli.models.loading import COMPUTE_DTYPES, EMBEDDED_NAME
 from specdec_cli.train.data import CorpusSpec, generate_corpus, load_corpus
 from specdec_cli.train.features import (
     CachedFeatures,
@@ -36,7 +36,7 @@ from specdec_cli.train.methods import TRAINERS, TaskInputs
 from specdec_cli.train.methods.base import shared_layers
 from specdec_cli.train.trainer import Trainer, TrainOptions
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+TRAINABLE_DTYPES = ("float32", "bfloat16")  # a target the heads learn from computes in full precision
 GENERATE = ("if_empty", "complete", "never")
 POSITIVE = ("steps", "batch_size", "checkpoint_every", "eval_sequences")
 
@@ -60,8 +60,8 @@ def check_train_config(cfg: TrainConfig) -> list[str]:
         out.append(f"min_lr_ratio={cfg.min_lr_ratio} must be in [0, 1]")
     if cfg.warmup_steps < 0 or cfg.weight_decay < 0 or not cfg.grad_clip > 0:
         out.append("warmup_steps and weight_decay must be >= 0, grad_clip > 0")
-    if cfg.model.dtype not in DTYPES:
-        out.append(f"model.dtype={cfg.model.dtype} is not one of: {', '.join(DTYPES)}")
+    if cfg.model.dtype not in TRAINABLE_DTYPES:
+        out.append(f"model.dtype={cfg.model.dtype} is not one of: {', '.join(TRAINABLE_DTYPES)}")
     if cfg.model.device not in ("auto", "cpu", "cuda"):
         out.append(f"model.device={cfg.model.device} is not one of: auto, cpu, cuda")
     elif cfg.model.device == "cuda" and not torch.cuda.is_available():
@@ -105,7 +105,7 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda" if cfg.model.device == "cuda" or (
         cfg.model.device == "auto" and torch.cuda.is_available()) else "cpu")
-    target, tokenizer = load_model(cfg.model.path, dtype=DTYPES[cfg.model.dtype], device=device)
+    target, tokenizer = load_model(cfg.model.path, dtype=COMPUTE_DTYPES[cfg.model.dtype], device=device)
     directory = corpus_dir(cfg)
     empty = not any(directory.glob("shard_*.npz"))
     if cfg.corpus.generate == "complete" or (cfg.corpus.generate == "if_empty" and empty):

@@ -20,8 +20,8 @@ from specdec_cli.engine.request import SamplingParams
 from specdec_cli.engine.workload import build_requests
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.loading import COMPUTE_DTYPES
 from specdec_cli.models.quantize import quantize_model
-from specdec_cli.run.pipeline import DTYPES
 from specdec_cli.testing import toy_model
 from specdec_cli.verify.samples import EngineSetup, PromptCase
 
@@ -80,7 +80,7 @@ def verify_config(overrides: list[str], options: VerifyOptions) -> tuple[RunConf
 def load_target(cfg: RunConfig, effective: EffectiveConfig,
                 options: VerifyOptions) -> tuple[EngineSetup, list[PromptCase], str]:
     """The target and the prompt cases: a toy model and token prompts, or the configured model."""
-    dtype = torch.float32 if options.toy else DTYPES[cfg.model.dtype]
+    dtype = torch.float32 if options.toy else COMPUTE_DTYPES[cfg.model.dtype]
     device = "cpu" if options.toy else effective.device
     num_prompts = options.num_prompts or 1
     if options.toy:
