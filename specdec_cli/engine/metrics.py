@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from specdec_cli.engine.request import Request
 
 PHASES = ("target_forward", "draft", "accept")
+PER_PROCESS = {"per_process": True}  # SpecStats fields that ranks do not merge
 
 
 @dataclass
@@ -59,8 +60,9 @@ class SpecStats:
     accept_s: float = 0.0
     latency: Latency = field(default_factory=Latency)
     backend_usage: dict[str, int] = field(default_factory=dict)  # rejection groups per kernel (engine/rules.py)
-    steps: Optional[list[dict]] = None  # profile=true: one record per step (else None: nothing kept)
-    _totals_before: dict[str, float] = field(default_factory=dict, repr=False)  # cumulative, at the last step
+    # profile=true (single process, never merged across ranks): one record per step (else None: nothing kept)
+    steps: Optional[list[dict]] = field(default=None, metadata=PER_PROCESS)
+    _totals_before: dict[str, float] = field(default_factory=dict, repr=False, metadata=PER_PROCESS)
 
     def observe(self, num_drafts: int, num_emitted: int) -> None:
         """One request's verify step: ``num_drafts`` proposed, ``num_emitted`` tokens out."""

@@ -6,7 +6,7 @@ is the slowest rank's (the ranks run concurrently), so ``tokens_per_s`` is the a
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specdec_cli.engine.metrics import SpecStats
 
@@ -20,6 +20,7 @@ class RankShare:
     rows: list[dict]
     stats: SpecStats
     load_s: float
+    categories: dict[str, list[float]] = field(default_factory=dict)  # run/result.py category_tally
 
 
 def merge_stats(parts: list[SpecStats]) -> SpecStats:
@@ -27,6 +28,8 @@ def merge_stats(parts: list[SpecStats]) -> SpecStats:
     merged = SpecStats()
     for part in parts:
         for spec in dataclasses.fields(SpecStats):
+            if spec.metadata.get("per_process"):
+                continue
             mine, theirs = getattr(merged, spec.name), getattr(part, spec.name)
             if spec.name == "wall_s":
                 merged.wall_s = max(mine, theirs)

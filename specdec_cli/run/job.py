@@ -11,7 +11,7 @@ from specdec_cli.run.drive import generate_outputs
 from specdec_cli.run.outputs import locked_output_dir, write_results
 from specdec_cli.run.pipeline import build_pipeline
 from specdec_cli.run.profile import profiled
-from specdec_cli.run.result import RunResult, category_metrics, output_row, run_metrics
+from specdec_cli.run.result import RunResult, category_metrics, category_tally, output_row, run_metrics
 
 
 def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
@@ -30,7 +30,7 @@ def run_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
         originals = [fresh_copy(request) for request in requests] if cfg.baseline else []
         with profiled(pipeline.engine, output_dir, cfg.profile) as profile:
             generate_outputs(pipeline.engine, requests, pipeline.tokenizer, show_progress=show_progress)
-        metrics = {**run_metrics(pipeline.engine.stats, load_s, len(requests)), **category_metrics(requests)}
+        metrics = {**run_metrics(pipeline.engine.stats, load_s, len(requests)), **category_metrics(category_tally(requests))}
         if profile:
             metrics["profile"] = profile
         if cfg.baseline:

@@ -43,7 +43,9 @@ from specdec_cli.parallel.merge import RankShare, merge_rows, merge_stats
 from specdec_cli.run.drive import generate_outputs
 from specdec_cli.run.outputs import locked_output_dir, read_results, write_results
 from specdec_cli.run.pipeline import build_pipeline
-from specdec_cli.run.result import RunResult, output_row, run_metrics
+from specdec_cli.run.result import (
+    RunResult, category_metrics, category_tally, merge_tallies, output_row, run_metrics,
+)
 
 
 def run_parallel_job(cfg: RunConfig, effective: EffectiveConfig, output_dir: Path, *,
@@ -86,8 +88,9 @@ def _tensor_parallel(ctx: RankContext, cfg: RunConfig, effective: EffectiveConfi
     requests = pipeline.requests
     generate_outputs(pipeline.engine, requests, pipeline.tokenizer, show_progress=show_progress)
     _check_ranks_agree(ctx, requests)
-    result = RunResult(cfg, effective, run_metrics(pipeline.engine.stats, load_s, len(requests)),
-                       [output_row(r) for r in requests], _parallel_info(ctx, "tensor_parallel"))
+    metrics = {**run_metrics(pipeline.engine.stats, load_s, len(requests)),
+               **category_metrics(category_tally(requests))}
+    result = RunResult(cfg, effective, metrics, [output_row(r) for r in requests], _parallel_info(ctx, "tensor_parallel"))
     if ctx.rank == 0:
         write_results(output_dir, result)
     return result
@@ -114,7 +117,7 @@ def _attention_dp(ctx: RankContext, cfg: RunConfig, effective: EffectiveConfig, 
     if mine:  # a rank without requests posts an empty share and is done
         generate_outputs(pipeline.engine, mine, pipeline.tokenizer, show_progress=show_progress)
         stats = pipeline.engine.stats
-    share = RankShare(ctx.rank, indices, [output_row(r) for r in mine], stats, load_s)
+    share = RankShare(ctx.rank, indices, [output_row(r) for r in mine], stats, load_s, category_tally(mine))
     ctx.store.set(f"{tag}/share/{ctx.rank}", pickle.dumps(share))
     if ctx.rank == 0:
         result = _merge_shares(ctx, tag, cfg, effective, len(pipeline.requests))
@@ -132,8 +135,9 @@ def _merge_shares(ctx: RankContext, tag: str, cfg: RunConfig, effective: Effecti
     shares: list[RankShare] = [pickle.loads(ctx.store.get(key)) for key in keys]
     info = _parallel_info(ctx, "attention_dp")
     info["requests_per_rank"] = [len(share.indices) for share in shares]
-    metrics = run_metrics(merge_stats([share.stats for share in shares]), max(s.load_s for s in shares),
-                          num_requests)
+    metrics = {**run_metrics(merge_stats([share.stats for share in shares]), max(s.load_s for s in shares),
+                             num_requests),
+               **category_metrics(merge_tallies([share.categories for share in shares]))}
     return RunResult(cfg, effective, metrics, merge_rows(shares, num_requests), info)
 
 

@@ -35,26 +35,41 @@ def run_metrics(stats: SpecStats, load_s: float, num_requests: int) -> dict[str,
     return {**stats.summary(), "load_s": load_s, "num_requests": num_requests}
 
 
-def category_metrics(requests: list[Request]) -> dict[str, Any]:
+CategoryTally = dict[str, list[float]]  # category -> [requests, generated tokens, verify steps, emitted, seconds]
+
+
+def category_tally(requests: list[Request]) -> CategoryTally:
+    """The sums ``category_metrics`` needs, per category; tallies of several ranks add up (``merge_tallies``)."""
+    tally: CategoryTally = {}
+    for r in requests:
+        if r.category is not None:
+            cell = tally.setdefault(r.category, [0, 0, 0, 0, 0.0])
+            for i, value in enumerate((1, len(r.output_token_ids), r.steps, r.emitted_tokens, r.finish_s - r.arrival_s)):
+                cell[i] += value
+    return tally
+
+
+def merge_tallies(tallies: list[CategoryTally]) -> CategoryTally:
+    merged: CategoryTally = {}
+    for tally in tallies:
+        for category, cell in tally.items():
+            merged[category] = [a + b for a, b in zip(merged.get(category, [0] * len(cell)), cell)]
+    return merged
+
+
+def category_metrics(tally: CategoryTally) -> dict[str, Any]:
     """``{"per_category": {category: {num_requests, generated_tokens, acceptance_length, tokens_per_s}}}`` over
-    the requests whose workload names a category (MT-Bench, Spec-Bench); ``{}`` when none does.
+    the requests of ``tally`` (``category_tally``), whose workload names a category (MT-Bench, Spec-Bench);
+    ``{}`` when none does.
 
     ``tokens_per_s``: the category's output tokens over its requests' summed arrival-to-finish time (with
     engine.max_batch_size=1 requests run one at a time, so the times add up to the run's generation time)."""
-    groups: dict[str, list[Request]] = {}
-    for request in requests:
-        if request.category is not None:
-            groups.setdefault(request.category, []).append(request)
-    per_category = {}
-    for category, members in sorted(groups.items()):
-        steps = sum(r.steps for r in members)
-        tokens = sum(len(r.output_token_ids) for r in members)
-        seconds = sum(r.finish_s - r.arrival_s for r in members)
-        per_category[category] = {
-            "num_requests": len(members), "generated_tokens": tokens,
-            "acceptance_length": sum(r.emitted_tokens for r in members) / steps if steps else 0.0,
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-        }
+    per_category = {
+        category: {"num_requests": int(count), "generated_tokens": int(tokens),
+                   "acceptance_length": emitted / steps if steps else 0.0,
+                   "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
+        for category, (count, tokens, steps, emitted, seconds) in sorted(tally.items())
+    }
     return {"per_category": per_category} if per_category else {}
 
 

@@ -15,7 +15,7 @@ from specdec_cli.engine.workload import build_requests, read_workload
 from specdec_cli.errors import ConfigError
 from specdec_cli.report.rows import row_from_results
 from specdec_cli.report.tables import to_markdown
-from specdec_cli.run.result import category_metrics
+from specdec_cli.run.result import category_metrics, category_tally, merge_tallies
 
 QUESTIONS = [
     {"question_id": 1, "category": "writing", "turns": ["Write a haiku about rain.", "Now make it rhyme."]},
@@ -116,11 +116,14 @@ def test_per_category_metrics_pool_each_category() -> None:
         finished("writing", steps=6, emitted=10, outputs=9, seconds=1.0),
         finished("qa", steps=5, emitted=5, outputs=5, seconds=0.5),
     ]
-    assert category_metrics(requests) == {"per_category": {
+    assert category_metrics(category_tally(requests)) == {"per_category": {
         "qa": {"num_requests": 1, "generated_tokens": 5, "acceptance_length": 1.0, "tokens_per_s": 10.0},
         "writing": {"num_requests": 2, "generated_tokens": 19, "acceptance_length": 2.0, "tokens_per_s": 9.5},
     }}
-    assert category_metrics([finished(None, steps=1, emitted=1, outputs=1, seconds=1.0)]) == {}
+    assert category_metrics(category_tally([finished(None, steps=1, emitted=1, outputs=1, seconds=1.0)])) == {}
+    # the ranks of a data-parallel run each tally their share; the merged tally gives the same metrics
+    shares = [category_tally(requests[:1]), category_tally(requests[1:]), {}]
+    assert category_metrics(merge_tallies(shares)) == category_metrics(category_tally(requests))
 
 
 def test_the_report_has_a_per_category_table() -> None:
