@@ -21,6 +21,7 @@ from specdec_cli.config.compose import conf_dir
 from specdec_cli.config.methods import trainable_methods
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.errors import ConfigError
+from specdec_cli.files import atomic_write_json
 from specdec_cli.models import load_model
 from specdec_cli.models.loading import COMPUTE_DTYPES, EMBEDDED_NAME
 from specdec_cli.train.data import CorpusSpec, generate_corpus, load_corpus
@@ -141,7 +142,11 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
     trainer = Trainer(task, features, sequences, train_indices=list(range(len(train_pairs))),
                       eval_indices=list(range(len(train_pairs), len(sequences))), options=options, out_dir=out_dir,
                       artifact=cfg.method.name, hidden_size=target.arch.hidden_size, device=device, console=console)
-    return trainer.run()
+    summary = trainer.run()
+    summary["corpus"] = {"dir": str(directory), "train_sequences": len(train_pairs), "held_out_sequences": len(eval_pairs),
+                         "train_response_tokens": sum(len(r) for _, r in train_pairs)}
+    atomic_write_json(out_dir / "train.json", summary)
+    return summary
 
 
 def _cached_features(extractor: FeatureExtractor, sequences: Sequences, directory: Path,

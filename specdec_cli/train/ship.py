@@ -71,12 +71,13 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
     if size > MAX_BYTES:
         raise SystemExit(f"{method}: {size / 2**20:.1f} MiB of weights, over the {MAX_BYTES / 2**20:.0f} MiB limit")
     save_checkpoint(dest, config, tensors)
-    corpus = Path(__file__).resolve().parents[2] / "data" / "distill" / SHIPPED_TARGET
+    checkout = Path(__file__).resolve().parents[2]
+    corpus = checkout / summary.get("corpus", {}).get("dir", f"data/distill/{SHIPPED_TARGET}")
     manifest = {
         "method": method,
         "target": SHIPPED_TARGET,
         "command": command,
-        "corpus": {"dir": str(corpus.relative_to(corpus.parents[2])),
+        "corpus": {"dir": str(corpus.resolve().relative_to(checkout)), **summary.get("corpus", {}),
                    **json.loads((corpus / "manifest.json").read_text())},
         "steps": summary["steps"],
         "train_wall_s": round(summary["wall_s"], 1),
