@@ -17,9 +17,10 @@ import torch
 
 from specdec_cli.drafters.base import Drafter, DraftRequest
 from specdec_cli.engine.adaptive import AcceptanceTracker, SkipRule, draft_len_for
+from specdec_cli.engine.cuda_graphs import GraphedVerify
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.proposals import ProposalBuffer
-from specdec_cli.engine.request import Request
+from specdec_cli.engine.request import Request, stamp_outputs
 from specdec_cli.engine.rules import AcceptanceOptions, acceptance_rule
 from specdec_cli.models import ForwardOutput, Transformer
 from specdec_cli.sampling import BatchParams, sample_tokens
@@ -39,6 +40,7 @@ class EngineOptions:
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
     thinking: Optional[tuple[int, int]] = None  # (begin, end) token ids: relaxed only in between (None: everywhere)
     skip: Optional[SkipRule] = None  # adaptive skipping of requests whose drafts do not pay (None: off)
+    cuda_graphs: bool = False  # decode-phase verifies through GraphedVerify (captured on CUDA, eager elsewhere)
 
 
 class Feed(NamedTuple):
@@ -56,7 +58,9 @@ class SpecEngine:
         self.vocab_size = target.arch.vocab_size
         self.acceptance = AcceptanceOptions(rejection=options.rejection, backend=options.backend,
                                             relaxed=options.relaxed, thinking=options.thinking)
-        self.cache = target.new_cache(options.max_batch_size, options.max_seq_len)
+        # engine.cuda_graphs: one more slot, the scratch row that graph warm-up and padding write
+        self.cache = target.new_cache(options.max_batch_size + options.cuda_graphs, options.max_seq_len)
+        self.graphed = GraphedVerify(target, self.cache, drafter) if options.cuda_graphs else None
         self.buffer = ProposalBuffer(
             options.max_batch_size, options.max_draft_len if drafter is not None else 0, self.vocab_size,
             store_probs=drafter is not None and drafter.has_proposal_distribution and options.rejection,
@@ -113,7 +117,7 @@ class SpecEngine:
                 tokens, emitted = rule.accept(torch.stack([logits[i] for i in rows]), draft_tokens, draft_probs,
                                               group, contexts)
                 self._commit([batch[i] for i in rows], k, tokens, emitted, output, [offsets[i] for i in rows])
-            self._stamp(batch, time.perf_counter())
+            stamp_outputs(batch, time.perf_counter())
 
         # 4. finish: EOS / max_new_tokens / stop strings; free the slots
         finished = self._finish()
@@ -171,6 +175,8 @@ class SpecEngine:
     # ------------------------------------------------------------------ 2. target forward
     def _target_forward(self, batch: list[Request], feeds: list[Feed]) -> ForwardOutput:
         self.stats.target_forwards += 1
+        if self.graphed is not None and GraphedVerify.fits([f.tokens for f in feeds], [f.num_logits for f in feeds]):
+            return self.graphed([r.slot for r in batch], [f.tokens for f in feeds])
         return self.target(
             self.cache, [r.slot for r in batch], [torch.tensor(f.tokens, dtype=torch.int64, device=self.target.device) for f in feeds],
             logits_for=[f.num_logits for f in feeds],
@@ -226,14 +232,6 @@ class SpecEngine:
             self.cache.rewind(request.slot, self.cache.length(request.slot) - (k + 1) + num_emitted)
             self._keep_hidden(request, output, offset, num_emitted)
             request.output_token_ids.extend(row_tokens[:num_emitted])
-
-    @staticmethod
-    def _stamp(batch: list[Request], now: float) -> None:
-        """Record a chunk for every request that gained output tokens this step (latency metrics)."""
-        for request in batch:
-            length = len(request.output_token_ids)
-            if length > (request.chunks[-1][1] if request.chunks else 0):
-                request.chunks.append((now, length))
 
     def _fallback(self, problem: str) -> None:
         if self.stats.guard_fallbacks == 0:

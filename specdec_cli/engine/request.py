@@ -126,3 +126,11 @@ class Request:
             count = min(at_len, kept) - min(before_len, kept)
             samples += [(at_s - before_s) / count] * count if count > 0 else []
         return samples
+
+
+def stamp_outputs(batch: list[Request], now: float) -> None:
+    """Record a chunk for every request that gained output tokens this step (latency metrics)."""
+    for request in batch:
+        length = len(request.output_token_ids)
+        if length > (request.chunks[-1][1] if request.chunks else 0):
+            request.chunks.append((now, length))

@@ -20,7 +20,7 @@ import torch
 from specdec_cli.drafters.eagle3_tree import DraftTree, TreeFeatureDrafter
 from specdec_cli.engine.adaptive import draft_len_for
 from specdec_cli.engine.engine import EngineOptions, Feed, SpecEngine
-from specdec_cli.engine.request import Request
+from specdec_cli.engine.request import Request, stamp_outputs
 from specdec_cli.models import ForwardOutput, Transformer
 from specdec_cli.sampling import BatchParams, expand_draft_probs, filtered_probs
 from specdec_cli.sampling.tree import tree_accept, tree_greedy_accept
@@ -69,7 +69,7 @@ class TreeSpecEngine(SpecEngine):
                 if not feed.prefill and row not in failed:
                     emitted, path = self._walk(trees[row], logits[row], params.select([row]))
                     self._commit_path(request, trees[row], emitted, path, output, offsets[row])
-            self._stamp(batch, time.perf_counter())
+            stamp_outputs(batch, time.perf_counter())
 
         finished = self._finish()
 

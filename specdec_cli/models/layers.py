@@ -127,6 +127,32 @@ def _block_bias(starts: list[int], n: int, *, dtype: torch.dtype) -> torch.Tenso
         keys > limits[..., None], float("-inf"))
 
 
+@dataclass
+class DenseBatch:
+    """B requests with n new tokens each, placed by device tensors alone (no host values, fixed shapes): the
+    form a CUDA graph captures (engine/cuda_graphs.py). Attention reads each request's whole slot row.
+
+    slot_ids / positions: [B*n] each row's slot and position; cos/sin: [B*n, 1, D/2]; slots: [B] cache rows
+    read; bias: [B, n, L] additive causal limits over the slot (L = the cache's max_len)."""
+
+    slot_ids: torch.Tensor
+    positions: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    slots: torch.Tensor
+    bias: torch.Tensor
+
+    @classmethod
+    def build(cls, slots: torch.Tensor, starts: torch.Tensor, n: int, max_len: int, rope: RotaryTables) -> DenseBatch:
+        """slots [B], starts [B] (the first new token's position) on the model's device."""
+        positions = starts[:, None] + torch.arange(n, device=starts.device)  # [B, n]
+        cos, sin = rope.lookup(positions.reshape(-1))
+        keys = torch.arange(max_len, device=starts.device)
+        bias = torch.zeros(*positions.shape, max_len, dtype=rope.cos.dtype, device=starts.device).masked_fill_(
+            keys > positions[..., None], float("-inf"))
+        return cls(slots.repeat_interleave(n), positions.reshape(-1), cos, sin, slots, bias)
+
+
 class Attention(nn.Module):
     """GQA self-attention with RoPE, optional q/k RMSNorm (Qwen3) and q/k/v/o biases."""
 
@@ -158,15 +184,21 @@ class Attention(nn.Module):
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
 
     def forward(
-        self, x: torch.Tensor, batch: RaggedBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
+        self, x: torch.Tensor, batch: RaggedBatch | DenseBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> torch.Tensor:
         """x [T, H] -> [T, H]; writes each request's new K/V into its slot of k_cache/v_cache
         ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them: in one
-        batched call when ``batch.block_bias`` is set, else one ``attend`` call per request."""
+        batched call when ``batch.block_bias`` is set or the batch is dense, else one ``attend`` call per
+        request."""
         q, k, v = self.project(x, batch.cos, batch.sin)
         # one scatter per buffer: [slots, max_len, KV, D] views, indexed by (slot, position) per row
         k_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = k
         v_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = v
+        if isinstance(batch, DenseBatch):
+            count, n = batch.bias.shape[:2]
+            out = attend_batch(q.view(count, n, self.num_heads, self.head_dim), k_cache.index_select(0, batch.slots),
+                               v_cache.index_select(0, batch.slots), scale=self.scale, bias=batch.bias)
+            return self.o_proj(out.reshape(x.shape[0], -1))
         if batch.block_bias is not None:
             first, count, (n, seq) = batch.slots[0], len(batch.slots), batch.block_bias.shape[1:]
             out = attend_batch(
@@ -216,7 +248,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(arch, **kw)
 
     def forward(
-        self, x: torch.Tensor, batch: RaggedBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
+        self, x: torch.Tensor, batch: RaggedBatch | DenseBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> torch.Tensor:
         """x [T, H] -> [T, H] (the residual stream after this layer)."""
         h = x + self.self_attn(self.input_layernorm(x), batch, k_cache, v_cache)

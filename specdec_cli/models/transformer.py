@@ -23,7 +23,7 @@ from specdec_cli.models.arch import ModelArch
 from specdec_cli.models.errors import CacheOverflowError
 from specdec_cli.models.fast_linear import Linear
 from specdec_cli.models.kv_cache import KVCache
-from specdec_cli.models.layers import DecoderLayer, RaggedBatch, RMSNorm, TreeRows
+from specdec_cli.models.layers import DecoderLayer, DenseBatch, RaggedBatch, RMSNorm, TreeRows
 from specdec_cli.models.rope import RotaryTables
 
 LogitsFor = Literal["all", "last"] | list[int]
@@ -161,6 +161,23 @@ class Transformer(nn.Module):
             head_in = self.norm(x[rows])
         logits = self.lm_head(head_in).float()
         return ForwardOutput(logits=logits, hidden=hidden, final_hidden=normed if final_hidden else None)
+
+    def forward_dense(self, cache: KVCache, slots: torch.Tensor, starts: torch.Tensor, token_ids: torch.Tensor, *,
+                      hidden_layers: Sequence[int] = (), final_hidden: bool = False) -> ForwardOutput:
+        """``forward`` for B requests with n new tokens each, from device tensors alone (``DenseBatch``: what a
+        CUDA graph replays): slots [B], starts [B] (each slot's length), token_ids [B, n] -> logits [B*n, V].
+        Writes the K/V but leaves the slot lengths to the caller (``cache.advance``); the caller checks fit."""
+        count, n = token_ids.shape
+        batch = DenseBatch.build(slots, starts, n, cache.max_len, self.rope)
+        x = self.embed_tokens(token_ids.reshape(-1))
+        hidden: dict[int, torch.Tensor] = {}
+        for index, layer in enumerate(self.layers):
+            x = layer(x, batch, *cache.layer(index))
+            if index in hidden_layers:
+                hidden[index] = x
+        normed = self.norm(x)
+        return ForwardOutput(logits=self.lm_head(normed).float(), hidden=hidden,
+                             final_hidden=normed if final_hidden else None)
 
     def _validate(self, cache: KVCache, slots: Sequence[int], counts: list[int], hidden_layers: Sequence[int]) -> None:
         if cache.num_layers != len(self.layers):

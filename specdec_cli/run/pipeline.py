@@ -84,7 +84,7 @@ def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
         backend=effective.backend,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
         thinking=thinking_ids(cfg.method),
-        skip=skip_rule(cfg.method),
+        skip=skip_rule(cfg.method), cuda_graphs=effective.cuda_graphs,
     )
 
 

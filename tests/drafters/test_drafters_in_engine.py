@@ -8,6 +8,7 @@ from typing import Callable
 import pytest
 
 from specdec_cli.config import schema
+from specdec_cli.engine.request import SamplingParams
 from toy_engine import (GREEDY, PROMPTS, SAMPLERS, check_law, check_staggered, generate, make_engine,
                         trained_toy_checkpoint)
 from toys import toy_dflash_checkpoint, toy_pard_checkpoint
@@ -65,3 +66,17 @@ def test_sampled_output_follows_the_target_law(target, checkpoint, name: str, sa
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_staggered_arrivals_and_context_only_steps(target, checkpoint, name: str) -> None:
     check_staggered(target, method(name, checkpoint))
+
+
+@pytest.mark.parametrize("name", [None, *CONFIGS])
+def test_the_graphed_verify_path_gives_the_same_tokens(target, checkpoint, name) -> None:
+    """engine.cuda_graphs: decode-phase verifies go through ``GraphedVerify`` (on CPU its dense forward runs
+    eagerly, the function a CUDA graph would capture): the same tokens as the ragged forward, greedy and seeded."""
+    spec = None if name is None else method(name, checkpoint)
+    seeded = [SamplingParams(seed=i, **SAMPLERS["temperature"]) for i in range(len(PROMPTS))]
+    for params in (GREEDY, seeded):
+        expected = generate(make_engine(target, spec, batch=3), PROMPTS, params, 20)
+        engine = make_engine(target, spec, batch=3, cuda_graphs=True)
+        assert generate(engine, PROMPTS, params, 20) == expected
+        runner = engine.graphed.runner
+        assert runner.eager_runs > 0 and runner.replays == 0 and not runner.enabled  # CPU: no capture

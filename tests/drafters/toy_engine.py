@@ -32,11 +32,12 @@ SAMPLERS = {
 
 
 def make_engine(target: Transformer, method: Optional[MethodConfig], *, batch: int, prefill_chunk: int = 5,
-                rejection: bool = True, schedule: Optional[dict[int, int]] = None) -> SpecEngine:
+                rejection: bool = True, schedule: Optional[dict[int, int]] = None,
+                cuda_graphs: bool = False) -> SpecEngine:
     """``method=None``: target-only decoding."""
     options = EngineOptions(max_batch_size=batch, max_seq_len=96, prefill_chunk=prefill_chunk,
                             max_draft_len=method.num_draft_tokens if method else 0, draft_len_schedule=schedule,
-                            rejection=rejection)
+                            rejection=rejection, cuda_graphs=cuda_graphs)
     return SpecEngine(target, build(target, method, batch, 96) if method else None, options)
 
 
