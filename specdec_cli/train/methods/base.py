@@ -56,10 +56,11 @@ def shared_layers(target: Transformer) -> tuple[int, ...]:
     return eagle3_default_layers(target.arch.num_layers) if target.arch.num_layers >= 4 else ()
 
 
-#: ``init_from``, a field of the schemas that can warm-start: start from this checkpoint instead of random
-#: weights ("shipped": the project's own draft of this method; a resumed run ignores it). EXCLUSIVE: an error
-#: under a method that does not read it, which would silently start from scratch
-INIT_FROM: Any = field(default=None, metadata=EXCLUSIVE)
+def init_from_field() -> Any:
+    """``init_from``, a field of the schemas that can warm-start: start from this checkpoint instead of random
+    weights ("shipped": the project's own draft of this method; a resumed run ignores it). EXCLUSIVE: an error
+    under a method that does not read it, which would silently start from scratch."""
+    return field(default=None, metadata=EXCLUSIVE)
 
 
 def check_init_from(cfg: TrainConfig) -> list[str]:

@@ -8,7 +8,7 @@ from specdec_cli.config.schema import TrainConfig
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import Transformer
 from specdec_cli.train.block_tasks import default_mask_token_id
-from specdec_cli.train.methods.base import INIT_FROM, check_init_from
+from specdec_cli.train.methods.base import check_init_from, init_from_field
 
 
 @dataclass
@@ -18,7 +18,7 @@ class BlockTrainConfig(TrainConfig):
     # the mask token id; None: pard's method.mask_token_id, else the first vocabulary row past the
     # tokenizer, its mask token, or its highest unused special token (SmolLM2: 16, <empty_output>)
     mask_token_id: Optional[int] = None
-    init_from: Optional[str] = INIT_FROM
+    init_from: Optional[str] = init_from_field()
 
 
 def check_block(cfg: BlockTrainConfig) -> list[str]:

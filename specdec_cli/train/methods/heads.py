@@ -11,7 +11,7 @@ from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.mtp import load_mtp
 from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp
 from specdec_cli.train.methods.base import (
-    INIT_FROM, TRAINERS, MethodTrainer, TaskInputs, at_least_one, check_init_from, init_dir,
+    TRAINERS, MethodTrainer, TaskInputs, at_least_one, check_init_from, init_dir, init_from_field,
 )
 from specdec_cli.train.tasks import HeadTask, Task
 
@@ -24,7 +24,7 @@ class HeadTrainConfig(TrainConfig):
     step_weight: float = 0.8  # loss weight of unrolled step j is step_weight ** j
     draft_vocab_size: int = 8192  # most frequent response tokens (d2t); <= 0: the target's vocabulary
     # warm start: a head of this method (its weights and draft vocabulary; "shipped": the project's own)
-    init_from: Optional[str] = INIT_FROM
+    init_from: Optional[str] = init_from_field()
 
 
 def check_head(cfg: HeadTrainConfig) -> list[str]:
