@@ -4,7 +4,7 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--t
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
            [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
 
-Each configuration is a list of ``specdec run`` overrides, composed and validated exactly as the CLI does
+Every engine first runs one short unmeasured request (warm-up). Each configuration is a list of ``specdec run`` overrides, composed and validated exactly as the CLI does
 (so ``eagle3`` is the shipped default: the suffix enhancer resolves on). The target loads once; every
 configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
 prompt's family is its id up to the first '_'. Per family and temperature: acceptance length (tokens per verify
@@ -41,13 +41,13 @@ DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eag
 MAX_SEQ_LEN = 2048
 
 
-def build_engine(target, tokenizer, overrides: list[str]) -> SpecEngine:
-    """The engine ``specdec run <overrides>`` would build, on the already loaded target."""
+def build_engine(target, tokenizer, overrides: list[str], batch: int = 1) -> SpecEngine:
+    """The engine ``specdec run <overrides> engine.max_batch_size=<batch>`` would build, on the loaded target."""
     method = overrides[0] if "=" not in overrides[0] else overrides[0].split("=", 1)[1]
-    cfg = compose_config([f"method={method}", *overrides[1:], "engine.max_batch_size=1",
+    cfg = compose_config([f"method={method}", *overrides[1:], f"engine.max_batch_size={batch}",
                           f"engine.max_seq_len={MAX_SEQ_LEN}"])
     effective = resolve(cfg)
-    deps = DrafterDeps(target=target, num_slots=1, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
+    deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
                        device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer)
     drafter = build_drafter(cfg.method, deps)
     if cfg.method.tree_topk > 1:
@@ -77,6 +77,7 @@ def main() -> None:
     # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens]; stats per (T, config)
     tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     stats: dict[tuple, SpecStats] = {}
+    warm_up(engines, encode_prompt(tokenizer, rows[0]["prompt"], chat=True), tokenizer.eos_token_id)
     for temperature in args.temperatures:
         for index, row in enumerate(rows):
             ids = encode_prompt(tokenizer, row["prompt"], chat=True)
@@ -99,6 +100,16 @@ def main() -> None:
                     cell[3] += engine.stats.emitted_tokens - emitted
             print(f"T={temperature}: prompt {index + 1}/{len(rows)} done", flush=True)
     write(args, command, tally, stats, list(engines))
+
+
+def warm_up(engines: dict[str, SpecEngine], ids: list[int], eos: int) -> None:
+    """One short unmeasured request per engine (first-call allocations and kernel selection), then fresh stats."""
+    for engine in engines.values():
+        engine.add_request(Request(id="warm-up", prompt_token_ids=ids, max_new_tokens=8, params=SamplingParams(0.0),
+                                   eos_token_ids=(eos,)))
+        while engine.has_work():
+            engine.step()
+        engine.stats = SpecStats()
 
 
 def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> None:
