@@ -4,8 +4,9 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--t
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
            [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
 
-Every engine first runs one short unmeasured request (warm-up). Each configuration is a list of ``specdec run`` overrides, composed and validated exactly as the CLI does
-(so ``eagle3`` is the shipped default: the suffix enhancer resolves on). The target loads once; every
+Every engine first runs one short unmeasured request (warm-up). Each configuration is a list of ``specdec run``
+overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the shipped default: the suffix
+enhancer resolves on). The target loads once; every
 configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
 prompt's family is its id up to the first '_'. Per family and temperature: acceptance length (tokens per verify
 step), tokens/s as a ratio to ``none`` from the same run, and the time breakdown (target forward / draft /
