@@ -53,7 +53,9 @@ def test_specdec_serve_answers_on_loopback_and_stops_on_ctrl_c(tiny_model_dir: P
         proc.send_signal(signal.SIGINT)
         rest, _ = proc.communicate(timeout=30)
         assert "Application shutdown complete" in rest and "Traceback" not in rest
-        assert proc.returncode in (130, -signal.SIGINT)  # a graceful shutdown, then uvicorn re-raises Ctrl-C
+        # a graceful shutdown; uvicorn then re-raises the captured Ctrl-C (130 / -SIGINT), except when the signal
+        # lands while its own handlers are being restored, where it exits 0 (seen once on a loaded machine)
+        assert proc.returncode in (0, 130, -signal.SIGINT)
     finally:
         if proc.poll() is None:
             proc.kill()
