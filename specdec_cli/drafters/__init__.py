@@ -26,14 +26,13 @@ def build_drafter(cfg, deps: DrafterDeps) -> Optional[Drafter]:
     (``method.draft_confidence``) and wrapped in the suffix enhancer when ``method.suffix_enhancer`` resolves
     on (``config.combinations.suffix_enhancer_on``; validation allows both on model drafters only)."""
     drafter = DRAFTERS.get(cfg.name)(cfg, deps)
-    if drafter is None:
-        return None
-    drafter.draft_confidence = cfg.draft_confidence
-    return enhance(drafter, cfg, deps)
+    return None if drafter is None else enhance(drafter, cfg, deps)
 
 
 def enhance(drafter: Drafter, cfg, deps: DrafterDeps) -> Drafter:
-    """``drafter`` wrapped in the suffix enhancer when ``cfg.suffix_enhancer`` resolves on, else itself."""
+    """``drafter`` with the method's confidence stop, wrapped in the suffix enhancer when ``cfg.suffix_enhancer``
+    resolves on (else itself): what every built drafter gets, a sharded one included (``parallel/drafters.py``)."""
+    drafter.draft_confidence = cfg.draft_confidence
     if suffix_enhancer_on(cfg):
         return SuffixEnhancer(drafter, min_match=cfg.suffix_min_match, vocab_size=deps.vocab_size)
     return drafter

@@ -66,5 +66,4 @@ def shard_target_and_build_drafter(cfg: MethodConfig, deps: DrafterDeps, comm: C
     else:
         return enhance(drafter, enhanced, deps)  # replicated: whole logits on every rank (GatherPolicy.NONE)
     sharded = ShardedHeadDrafter(model, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len, policy=drafter.policy)
-    sharded.draft_confidence = drafter.draft_confidence
     return enhance(sharded, enhanced, deps)
