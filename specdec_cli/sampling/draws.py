@@ -3,30 +3,34 @@
 Each row consumes a fixed number of float64 uniforms from its own generator, so a seeded row's draws depend
 only on its generator and its own probabilities, never on the rest of the batch. A token is drawn by inverse
 CDF with one uniform: ``token = first j with cumsum(w)[j] > u * sum(w)``. A one-hot row therefore returns
-its argmax exactly and a zero-weight token is never returned. Chunk masses are float32 sums of at most 256
-tokens and every cumulative sum is float64, so no token loses its mass to rounding (a float32 cumsum over a
-128k vocabulary silently drops tokens below about 6e-8).
+its argmax exactly and a zero-weight token is never returned. Every cumulative sum is float64, so no token
+loses its mass to rounding (a float32 cumsum over a 128k vocabulary silently drops tokens below about 6e-8).
 
-The scan is two-level so that the rows are read from memory once: a first pass computes the mass of every
-256-token chunk, the uniform picks a chunk, and only that chunk is re-read to pick the token. On CPU the first
-pass runs entry by entry through two one-row buffers that stay in cache (each row is read from memory once, and
-no batch-sized copy is made); on accelerators it runs over the whole batch.
+On CPU the draw is one fused, compiled pass per row (``cpu_kernel``: each row read from memory once, no copy);
+on accelerators, or where numba cannot be imported, the same draw runs over the whole batch in torch.
 """
 from __future__ import annotations
 
+import functools
+from types import ModuleType
 from typing import NamedTuple, Optional, Sequence, Union
 
 import torch
-import torch.nn.functional as F
 
 from specdec_cli.sampling.probs import SamplingError
 
 Generators = Union[torch.Generator, Sequence[Optional[torch.Generator]], None]
 """None (the default RNG), one generator for the whole batch, or one (possibly None) generator per row."""
 
-# Chunk width of the two-level scan on CPU. The chunk is fixed and a chunk's sum depends only on its own row,
-# so a row's draw never depends on the rest of the batch. On accelerators one chunk spans the vocabulary.
-CPU_CHUNK = 256
+
+@functools.cache
+def _cpu_kernel() -> Optional[ModuleType]:
+    """The fused CPU kernel module (``cpu_kernel``), or None where numba cannot be imported."""
+    try:
+        from specdec_cli.sampling import cpu_kernel
+    except ImportError:
+        return None
+    return cpu_kernel
 
 
 def draw_uniforms(
@@ -80,75 +84,21 @@ def sample_target_or_residual(
     instead, or from the target row when the residual is numerically empty (all zero).
     Contiguous and ``expand``ed inputs are read in place (other layouts are copied once); no host sync.
     """
-    batch, _, vocab = target_probs.shape
-    device = target_probs.device
-    chunk = min(vocab, CPU_CHUNK) if device.type == "cpu" else vocab
     target = _Rows.of(target_probs, target_row)
     draft = None if draft_probs is None else _Rows.of(draft_probs, draft_row)
-
-    # Pass 1: float32 masses [B, chunks] of every chunk of each entry's row (its residual where it is on).
-    chunks = _chunk_masses_by_row if device.type == "cpu" else _chunk_masses_by_batch
-    mass, residual_on = chunks(target, draft, use_residual, vocab, chunk)
-
-    # Pass 2: the uniform picks a chunk, then a token inside it against the chunk's float64 cumulative sum.
-    mass = mass.double()
-    chunk_cdf = mass.cumsum(dim=-1)
-    needle = uniforms * chunk_cdf[:, -1]
-    picked = _first_above(chunk_cdf, needle)
-    rows = torch.arange(batch, device=device)
-    mass_before = F.pad(chunk_cdf, (1, 0))[rows, picked]
-    fraction = (needle - mass_before) / mass[rows, picked].clamp(min=torch.finfo(torch.float64).tiny)
-    # A last, partial chunk is read as the chunk-wide window ending at V, the chunk before it zeroed.
-    start = (picked * chunk).clamp(max=vocab - chunk)
-    before_chunk = start[:, None] + torch.arange(chunk, device=device) < picked[:, None] * chunk
-    weights = target.window(start, chunk).double()
+    kernel = _cpu_kernel()
+    if kernel is not None and kernel.usable(target_probs, draft_probs):
+        if draft is None:
+            return kernel.draw_rows(target.flat, target.index, uniforms)
+        return kernel.draw_rows(target.flat, target.index, uniforms, draft.flat, draft.index, use_residual)
+    # Elsewhere (accelerators, or no numba): the whole batch at once, float64 weights, no host sync.
+    weights = target.rows().double()
     if draft is not None:
-        draft_window = draft.window(start, chunk).double()
-        weights = torch.where(residual_on[:, None], (weights - draft_window).clamp_(min=0), weights)
-    cdf = weights.masked_fill_(before_chunk, 0.0).cumsum(dim=-1)
-    return start + _first_above(cdf, fraction * cdf[:, -1])
-
-
-def _chunk_masses_by_row(
-    target: _Rows, draft: Optional[_Rows], use_residual: Optional[torch.Tensor], vocab: int, chunk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU: (masses [B, chunks], residual_on [B]), one entry at a time through two one-row buffers.
-
-    Each entry's target (and draft) row is copied into a buffer that stays in cache while it is summed,
-    subtracted, clamped and summed again, so every row is read from memory once; no host reads.
-    """
-    batch, num_chunks = target.index.numel(), -(-vocab // chunk)
-    target_mass = target.flat.new_empty(batch, num_chunks)
-    residual_mass = None if draft is None else torch.empty_like(target_mass)
-    buffers = target.flat.new_zeros(2, num_chunks * chunk)  # the tails past V stay zero (a ragged last chunk)
-    target_row, draft_row = buffers[0, :vocab][None], buffers[1, :vocab][None]
-    for entry in range(batch):
-        torch.index_select(target.flat, 0, target.index[entry : entry + 1], out=target_row)
-        torch.sum(buffers[0].view(num_chunks, chunk), dim=-1, out=target_mass[entry])
-        if draft is not None:
-            torch.index_select(draft.flat, 0, draft.index[entry : entry + 1], out=draft_row)
-            torch.sub(target_row, draft_row, out=draft_row).clamp_(min=0)
-            torch.sum(buffers[1].view(num_chunks, chunk), dim=-1, out=residual_mass[entry])
-    if draft is None:
-        return target_mass, torch.zeros(batch, dtype=torch.bool, device=target_mass.device)
-    residual_on = use_residual & (residual_mass.sum(dim=-1) > 0)
-    return torch.where(residual_on[:, None], residual_mass, target_mass), residual_on
-
-
-def _chunk_masses_by_batch(
-    target: _Rows, draft: Optional[_Rows], use_residual: Optional[torch.Tensor], vocab: int, chunk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accelerators: (masses [B, chunks], residual_on [B]) for the whole batch at once, without a host sync."""
-    everyone = slice(None)
-    target_rows = target.rows(everyone)
-    mass = _chunk_sums(target_rows, chunk)
-    residual_on = torch.zeros(target.index.numel(), dtype=torch.bool, device=mass.device)
-    if draft is not None:
-        draft_rows = draft.rows(everyone)
-        residual = _chunk_sums(torch.sub(target_rows, draft_rows, out=draft_rows).clamp_(min=0), chunk)
+        residual = (weights - draft.rows().double()).clamp_(min=0)
         residual_on = use_residual & (residual.sum(dim=-1) > 0)
-        mass = torch.where(residual_on[:, None], residual, mass)
-    return mass, residual_on
+        weights = torch.where(residual_on[:, None], residual, weights)
+    cdf = weights.cumsum(dim=-1)
+    return _first_above(cdf, uniforms * cdf[:, -1])
 
 
 class _Rows(NamedTuple):
@@ -162,21 +112,9 @@ class _Rows(NamedTuple):
         batch, positions, vocab = probs.shape
         return cls(probs.reshape(batch * positions, vocab), torch.arange(batch, device=probs.device) * positions + row)
 
-    def rows(self, entries: slice) -> torch.Tensor:
-        """The rows of batch entries ``entries`` -> a fresh contiguous [n, V] tensor."""
-        return self.flat.index_select(0, self.index[entries])
-
-    def window(self, start: torch.Tensor, width: int) -> torch.Tensor:
-        """Columns start[b] .. start[b] + width of row b -> a fresh [B, width] tensor."""
-        return self.flat.unfold(-1, width, 1)[self.index, start]
-
-
-def _chunk_sums(part: torch.Tensor, chunk: int) -> torch.Tensor:
-    """part [N, V] -> sums over consecutive chunks of `chunk` columns [N, ceil(V / chunk)]."""
-    pad = -part.shape[-1] % chunk
-    if pad:  # a vocabulary that is not a multiple of the chunk: the last chunk is zero-padded
-        part = F.pad(part, (0, pad))
-    return part.view(part.shape[0], part.shape[-1] // chunk, chunk).sum(dim=-1)
+    def rows(self) -> torch.Tensor:
+        """Every entry's row -> a fresh contiguous [B, V] tensor."""
+        return self.flat.index_select(0, self.index)
 
 
 def _first_above(cdf: torch.Tensor, needle: torch.Tensor) -> torch.Tensor:
