@@ -8,7 +8,8 @@ order, and the table reports medians, so every ratio comes from one process unde
 (the VM is shared: treat absolute times as provisional). Contexts are prefilled before timing and every timed
 forward is rewound afterwards. The head step is the EAGLE-3 head shipped for the embedded target: one head
 forward over its slot cache plus its lm_head over the reduced draft vocabulary (what one chain step costs,
-without the sampling). ``--profile`` prints the top operators of one decode and one verify per context.
+without the sampling), once with float32 weights and once with ``method.head_dtype=int8`` (weight-only).
+``--profile`` prints the top operators of one decode and one verify per context.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch  # noqa: E402
 from specdec_cli.drafters.eagle3 import load_eagle3  # noqa: E402
 from specdec_cli.drafters.feature_head import FeatureDrafter  # noqa: E402
 from specdec_cli.models import Transformer, load_model  # noqa: E402
+from specdec_cli.models.quantize import quantize_linears  # noqa: E402
 
 HEAD_DIR = Path(__file__).resolve().parents[1] / "specdec_cli/drafters/assets/smollm2_135m/eagle3"
 
@@ -46,9 +48,14 @@ class StepCase:
         self.prompt = torch.randint(0, model.arch.vocab_size, (context,), generator=generator)
         self.new = torch.randint(0, model.arch.vocab_size, (k + 1,), generator=generator)
         model(self.cache, [0], self.prompt, logits_for="last")
-        self.head = load_eagle3(HEAD_DIR, model)
-        self.drafter = FeatureDrafter(self.head, model, num_slots=1, max_seq_len=context + 8, policy="argmax")
-        self.drafter.cache.advance(0, context - 1)
+        self.heads = {}
+        for head_dtype in ("float32", "int8"):
+            head = load_eagle3(HEAD_DIR, model)
+            if head_dtype == "int8":
+                quantize_linears(head, "cpu", "method.head_dtype=int8")
+            drafter = FeatureDrafter(head, model, num_slots=1, max_seq_len=context + 8, policy="argmax")
+            drafter.cache.advance(0, context - 1)
+            self.heads[head_dtype] = (head, drafter)
         self.hidden = torch.randn(1, model.arch.hidden_size, generator=generator)
         self.token = self.new[:1]
 
@@ -57,11 +64,12 @@ class StepCase:
         self.model(self.cache, [0], self.new[:num_tokens], logits_for="all")
         self.cache.rewind(0, self.context)
 
-    def head_step(self) -> None:
+    def head_step(self, head_dtype: str) -> None:
         """One EAGLE-3 chain step: head forward on one row + draft-vocabulary logits, then rewind."""
-        out = self.drafter._step(self.hidden, self.token, [0], [1])
-        self.head.logits(out)
-        self.drafter.cache.rewind(0, self.context - 1)
+        head, drafter = self.heads[head_dtype]
+        out = drafter._step(self.hidden, self.token, [0], [1])
+        head.logits(out)
+        drafter.cache.rewind(0, self.context - 1)
 
 
 def run(dtypes: list[str], contexts: list[int], k: int, reps: int, profile: bool) -> dict[tuple, float]:
@@ -77,7 +85,8 @@ def run(dtypes: list[str], contexts: list[int], k: int, reps: int, profile: bool
     parts: dict[str, Callable[[StepCase], None]] = {
         "decode": lambda c: c.forward(1),
         f"verify{k + 1}": lambda c: c.forward(k + 1),
-        "head": lambda c: c.head_step(),
+        "head": lambda c: c.head_step("float32"),
+        "head_int8": lambda c: c.head_step("int8"),
     }
     times: dict[tuple, list[float]] = {(*key, part): [] for key in cases for part in parts}
     with torch.inference_mode():
@@ -107,15 +116,16 @@ def report(medians: dict[tuple, float], dtypes: list[str], contexts: list[int], 
         f"- Command: `{command}`; torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"load average {os.getloadavg()[0]:.1f} at the end",
         "",
-        f"| dtype | context | decode ms | {verify} ms | head step ms | {verify} / decode | head / decode |",
+        f"| target dtype | context | decode ms | {verify} ms | head step ms (float32 / int8 head) | "
+        f"{verify} / decode | head / decode (float32 / int8 head) |",
         "|---|---|---|---|---|---|---|",
     ]
     for dtype in dtypes:
         for context in contexts:
-            decode, ver, head = (medians[(dtype, context, p)] for p in ("decode", verify, "head"))
+            decode, ver, head, head8 = (medians[(dtype, context, p)] for p in ("decode", verify, "head", "head_int8"))
             lines.append(
-                f"| {dtype} | {context} | {decode * 1e3:.1f} | {ver * 1e3:.1f} | {head * 1e3:.2f} | "
-                f"{ver / decode:.2f} | {100 * head / decode:.1f}% |"
+                f"| {dtype} | {context} | {decode * 1e3:.1f} | {ver * 1e3:.1f} | {head * 1e3:.2f} / {head8 * 1e3:.2f} | "
+                f"{ver / decode:.2f} | {100 * head / decode:.1f}% / {100 * head8 / decode:.1f}% |"
             )
     if len(dtypes) > 1:
         base = dtypes[0]

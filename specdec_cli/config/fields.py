@@ -71,6 +71,9 @@ def check_method(method: MethodConfig) -> list[str]:
     out += _check_schedule(method.draft_len_schedule, k)
     if method.draft_policy not in DRAFT_POLICIES:
         out.append(not_one_of("method.draft_policy", method.draft_policy, DRAFT_POLICIES))
+    head_dtype = getattr(method, "head_dtype", None)
+    if head_dtype is not None and head_dtype not in DTYPES:
+        out.append(not_one_of("method.head_dtype", head_dtype, DTYPES))
     if method.relaxed_delta < 0:
         out.append(f"method.relaxed_delta={method.relaxed_delta} must be >= 0")
     if not 0 <= method.draft_confidence < 1:
@@ -264,6 +267,13 @@ def check_parallelism(parallelism: ParallelismConfig) -> list[str]:
             "and attention data parallelism cannot be combined yet (use one of them)"
         )
     return out
+
+
+def check_head_dtype(cfg: RunConfig) -> list[str]:
+    """A weight-only int8 draft head runs on CPU only, like an int8 target."""
+    if getattr(cfg.method, "head_dtype", None) == "int8" and cfg.model.device == "cuda":
+        return ["method.head_dtype=int8 (weight-only int8) runs on CPU only; use model.device=cpu or another dtype"]
+    return []
 
 
 def check_single_process(cfg: RunConfig) -> list[str]:

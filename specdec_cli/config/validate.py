@@ -18,6 +18,7 @@ from specdec_cli.config.combinations import (
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.fields import (
     check_engine,
+    check_head_dtype,
     check_method,
     check_model,
     check_objective,
@@ -47,7 +48,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     found.violations += check_sampler(cfg.sampler, "sampler") + mix_problems
     found.violations += check_method(cfg.method)
     found.violations += check_workload(cfg.workload)
-    found.violations += check_model(cfg.model)
+    found.violations += check_model(cfg.model) + check_head_dtype(cfg)
     found.violations += check_engine(cfg.engine, cfg.workload)
     found.violations += check_parallelism(cfg.parallelism) + check_single_process(cfg)
     found.violations += check_objective(cfg.objective)

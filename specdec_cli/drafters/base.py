@@ -202,6 +202,7 @@ class DrafterDeps:
     device: torch.device
     dtype: torch.dtype
     tokenizer: Any = None  # the target's tokenizer (a draft model with its own must match it)
+    model_dtype: str = "float32"  # model.dtype as configured: a learned head's head_dtype=None follows it
 
 
 DrafterFactory = Callable[["MethodConfig", DrafterDeps], Optional[Drafter]]

@@ -16,7 +16,7 @@ from specdec_cli.config.schema import DflashMethodConfig
 from specdec_cli.drafters.base import (DRAFTERS, Drafter, DrafterDeps, DraftRequest, Proposal, block_stop,
                                        drafting_params, draw_block)
 from specdec_cli.drafters.dflash import DFlashDraft, load_dflash
-from specdec_cli.drafters.learned import shipped_checkpoint
+from specdec_cli.drafters.learned import load_head, shipped_checkpoint
 from specdec_cli.models import KVCache, Transformer
 from specdec_cli.sampling.params import BatchParams
 
@@ -115,7 +115,7 @@ class DFlashDrafter(Drafter):
 @DRAFTERS.register("dflash")
 def build_dflash(cfg: DflashMethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("dflash", "checkpoint")
-    draft = load_dflash(path, deps.target, target_layers=cfg.target_layers, dtype=deps.dtype, device=deps.device)
+    draft = load_head(load_dflash, path, cfg.head_dtype, deps, target_layers=cfg.target_layers)
     if cfg.num_draft_tokens > draft.block_size - 1:  # the schedule's lengths never exceed it (validated)
         log.warning("this DFlash draft has block_size %d: it proposes at most %d tokens per step, not %d",
                     draft.block_size, draft.block_size - 1, cfg.num_draft_tokens)

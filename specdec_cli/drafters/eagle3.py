@@ -32,7 +32,9 @@ from specdec_cli.config.schema import Eagle3MethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps
 from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
 from specdec_cli.drafters.feature_head import AttentionFn, FeatureDrafter, FeatureHead, HeadLayer
-from specdec_cli.drafters.learned import Checkpoint, arch_config, check_d2t, save_checkpoint, shipped_checkpoint
+from specdec_cli.drafters.learned import (
+    Checkpoint, arch_config, check_d2t, load_head, save_checkpoint, shipped_checkpoint,
+)
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch, Transformer, eagle3_default_layers, layer_ids_from_input_convention
 from specdec_cli.models.arch import UnsupportedArchitectureError
@@ -185,7 +187,7 @@ def check_layers(layers: Sequence[int], num_layers: int, source: str) -> tuple[i
 @DRAFTERS.register("eagle3")
 def build_eagle3(cfg: Eagle3MethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("eagle3", "checkpoint")
-    head = load_eagle3(path, deps.target, target_layers=cfg.target_layers, dtype=deps.dtype, device=deps.device)
+    head = load_head(load_eagle3, path, cfg.head_dtype, deps, target_layers=cfg.target_layers)
     if cfg.tree_topk > 1:
         return TreeFeatureDrafter(head, deps.target, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len,
                                   policy=cfg.draft_policy, topk=cfg.tree_topk, max_depth=cfg.num_draft_tokens)

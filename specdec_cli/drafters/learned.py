@@ -4,12 +4,13 @@
 - ``Checkpoint`` / ``save_checkpoint`` / ``arch_config``: a draft directory (``config.json`` +
   safetensors), read with one clear error per problem, naming the file and the tensor.
 - ``check_d2t``: a reduced draft vocabulary's map to target ids is one-to-one and in range.
+- ``load_head``: a learned head in ``method.head_dtype`` (int8: weight-only, its linears quantised).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from torch import nn
@@ -17,10 +18,24 @@ from torch import nn
 from specdec_cli.errors import ConfigError
 from specdec_cli.files import atomic_write_bytes, atomic_write_json
 from specdec_cli.models import ModelArch
+from specdec_cli.models.loading import COMPUTE_DTYPES
+from specdec_cli.models.quantize import quantize_linears
+
+if TYPE_CHECKING:
+    from specdec_cli.drafters.base import DrafterDeps
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 SHIPPED_TARGET = "smollm2_135m"
 WEIGHTS_FILE = "model.safetensors"
+
+
+def load_head(load: Callable[..., nn.Module], path: str | Path, head_dtype: Optional[str], deps: "DrafterDeps",
+              **options: Any) -> nn.Module:
+    """``load(path, deps.target, dtype=..., device=..., **options)`` in ``head_dtype`` (None: model.dtype);
+    int8 loads float32 weights and quantises every linear of the head (weight-only, per channel)."""
+    name = head_dtype or deps.model_dtype
+    head = load(path, deps.target, dtype=COMPUTE_DTYPES[name], device=deps.device, **options)
+    return quantize_linears(head, deps.device, "method.head_dtype=int8") if name == "int8" else head
 
 
 def shipped_checkpoint(method: str, option: str) -> Path:

@@ -31,7 +31,9 @@ from torch import nn
 from specdec_cli.config.schema import MtpMethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps
 from specdec_cli.drafters.feature_head import AttentionFn, FeatureDrafter, FeatureHead, HeadLayer
-from specdec_cli.drafters.learned import Checkpoint, arch_config, check_d2t, save_checkpoint, shipped_checkpoint
+from specdec_cli.drafters.learned import (
+    Checkpoint, arch_config, check_d2t, load_head, save_checkpoint, shipped_checkpoint,
+)
 from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch, Transformer
 from specdec_cli.models.arch import UnsupportedArchitectureError
@@ -141,7 +143,6 @@ def save_mtp(head: MtpHead, directory: str | Path, *, target_num_layers: int) ->
 
 @DRAFTERS.register("mtp")
 def build_mtp(cfg: MtpMethodConfig, deps: DrafterDeps) -> Drafter:
-    head = load_mtp(cfg.checkpoint or shipped_checkpoint("mtp", "checkpoint"), deps.target,
-                    dtype=deps.dtype, device=deps.device)
+    head = load_head(load_mtp, cfg.checkpoint or shipped_checkpoint("mtp", "checkpoint"), cfg.head_dtype, deps)
     return FeatureDrafter(head, deps.target, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len,
                           policy=cfg.draft_policy)

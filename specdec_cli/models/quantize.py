@@ -23,6 +23,7 @@ from torch import nn
 
 from specdec_cli.models.errors import ModelLoadError
 from specdec_cli.models.fast_linear import Linear
+from specdec_cli.models.layers import MLP, Attention
 from specdec_cli.models.transformer import Transformer
 
 #: The activation dtype the int8 kernel is fast for on CPU (see the module docstring).
@@ -90,23 +91,32 @@ class Int8Group:
 
 def quantize_model(model: Transformer) -> Transformer:
     """Replace every linear of ``model`` (decoder layers and LM head) by weight-only int8, in place
-    (``ModelLoadError`` naming the reason where the device cannot run it).
+    (``ModelLoadError`` naming the reason where the device cannot run it)."""
+    return quantize_linears(model, model.device, "model.dtype=int8")
+
+
+def quantize_linears(module: nn.Module, device: torch.device | str, setting: str) -> nn.Module:
+    """Replace every ``Linear`` inside ``module`` (a target or a draft head) by weight-only int8, in place;
+    ``ModelLoadError`` naming ``setting`` and the reason where ``device`` cannot run it.
 
     Grouped projections (q/k/v, gate/up) are concatenated once into one int8 weight; the separate
-    ``q_proj`` ... modules become views of its rows, so every HF-named module still exists.
+    ``q_proj`` ... modules become views of its rows, so every HF-named module still exists. Embeddings and
+    plain weight tensors stay as they are.
     """
-    reason = int8_unsupported_reason(model.device)
+    reason = int8_unsupported_reason(device)
     if reason is not None:
-        raise ModelLoadError(f"model.dtype=int8: {reason}")
+        raise ModelLoadError(f"{setting}: {reason}")
     with torch.no_grad():
-        for layer in model.layers:
-            attn, mlp = layer.self_attn, layer.mlp
-            attn.qkv = _group(attn, ("q_proj", "k_proj", "v_proj"))
-            mlp.gate_up = _group(mlp, ("gate_proj", "up_proj"))
-            attn.o_proj = Int8Linear.from_linears(attn.o_proj)
-            mlp.down_proj = Int8Linear.from_linears(mlp.down_proj)
-        model.lm_head = Int8Linear.from_linears(model.lm_head)
-    return model
+        for sub in list(module.modules()):
+            if isinstance(sub, Attention):
+                sub.qkv = _group(sub, ("q_proj", "k_proj", "v_proj"))
+            elif isinstance(sub, MLP):
+                sub.gate_up = _group(sub, ("gate_proj", "up_proj"))
+        for owner in list(module.modules()):
+            for name, child in list(owner.named_children()):
+                if isinstance(child, Linear):
+                    setattr(owner, name, Int8Linear.from_linears(child))
+    return module
 
 
 def _group(owner: nn.Module, names: tuple[str, ...]) -> Int8Group:

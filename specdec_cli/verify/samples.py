@@ -53,6 +53,7 @@ class EngineSetup:
     rejection: bool
     backend: str
     draft_len_schedule: Optional[dict[int, int]]
+    model_dtype: str = "float32"  # model.dtype as configured (learned heads follow it unless method.head_dtype)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
     k = method.num_draft_tokens
     max_seq_len = len(case.token_ids) + max_new_tokens + k + 2
     deps = DrafterDeps(target=setup.target, num_slots=setup.batch_size, max_seq_len=max_seq_len,
-                       vocab_size=setup.target.arch.vocab_size, device=setup.device, dtype=setup.dtype)
+                       vocab_size=setup.target.arch.vocab_size, device=setup.device, dtype=setup.dtype,
+                       model_dtype=setup.model_dtype)
     drafter = build_drafter(method, deps)
     options = EngineOptions(
         max_batch_size=setup.batch_size, max_seq_len=max_seq_len, prefill_chunk=0,

@@ -95,6 +95,7 @@ def load_target(cfg: RunConfig, effective: EffectiveConfig,
         target=target, device=torch.device(device), dtype=dtype, batch_size=options.batch_size or 1,
         rejection=effective.rejection, backend=effective.backend,
         draft_len_schedule=effective.draft_len_schedule or None,
+        model_dtype="float32" if options.toy else cfg.model.dtype,
     )
     return setup, cases, name
 

@@ -178,6 +178,8 @@ def test_device_resolution() -> None:
         ("sampler.temperature=-1", "sampler.temperature=-1.0 must be >= 0"),
         ("sampler.top_k=-1", "sampler.top_k=-1 must be >= 0"),
         ("model.dtype=float64", "model.dtype=float64 is not one of"),
+        ("method=eagle3 method.head_dtype=int4", "method.head_dtype=int4 is not one of: float32, bfloat16, int8"),
+        ("method=mtp method.head_dtype=int8 model.device=cuda", "method.head_dtype=int8 (weight-only int8) runs on CPU only"),
         ("model=hf", "model=hf needs model.path="),
         ("model.path=/nonexistent/model.gguf", "model.path=/nonexistent/model.gguf does not exist"),
         (f"model.path={__file__}", "must be a HF directory or a .gguf file"),

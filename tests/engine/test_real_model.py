@@ -28,6 +28,8 @@ from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.workload import encode_prompt, load_prompts, repetitive_prompts
 from specdec_cli.models import load_model
+from specdec_cli.models.fast_linear import Linear
+from specdec_cli.models.quantize import Int8Linear
 from specdec_cli.run.drive import run_requests
 
 pytestmark = pytest.mark.realmodel
@@ -85,6 +87,20 @@ def test_shipped_drafts_are_lossless_and_accepted(embedded, chat_prompts, chat_b
     autoregressive decoding, and are accepted (see ``MIN_ACCEPTANCE_LENGTH``)."""
     stats: dict = {}
     assert _generate(embedded, SHIPPED[method](num_draft_tokens=4), chat_prompts, 32, stats) == chat_baseline
+    assert stats["acceptance_length"] > MIN_ACCEPTANCE_LENGTH[method], stats
+
+
+@pytest.mark.parametrize("method", ["eagle3", "mtp"])
+def test_int8_draft_heads_are_lossless_and_accepted(embedded, chat_prompts, chat_baseline, method: str) -> None:
+    """``method.head_dtype=int8``: every linear of the head is weight-only int8 and greedy output is unchanged."""
+    model = embedded[0]
+    deps = DrafterDeps(model, 1, 256, model.arch.vocab_size, torch.device("cpu"), torch.float32)
+    head = build_drafter(SHIPPED[method](head_dtype="int8", suffix_enhancer=False), deps).head
+    assert not any(isinstance(m, Linear) for m in head.modules())
+    assert any(isinstance(m, Int8Linear) for m in head.modules())
+    stats: dict = {}
+    assert _generate(embedded, SHIPPED[method](num_draft_tokens=4, head_dtype="int8"), chat_prompts, 32,
+                     stats) == chat_baseline
     assert stats["acceptance_length"] > MIN_ACCEPTANCE_LENGTH[method], stats
 
 
