@@ -26,6 +26,13 @@ class Findings:
     reasons: list[str] = field(default_factory=list)
 
 
+def check_head_dtype(cfg: RunConfig) -> list[str]:
+    """A weight-only int8 draft head runs on CPU only, like an int8 target."""
+    if getattr(cfg.method, "head_dtype", None) == "int8" and cfg.model.device == "cuda":
+        return ["method.head_dtype=int8 (weight-only int8) runs on CPU only; use model.device=cpu or another dtype"]
+    return []
+
+
 def features_in_use(cfg: RunConfig) -> dict[str, bool]:
     """feature -> whether ``cfg`` asks for it (the matrix features a config can switch on)."""
     return {

@@ -269,13 +269,6 @@ def check_parallelism(parallelism: ParallelismConfig) -> list[str]:
     return out
 
 
-def check_head_dtype(cfg: RunConfig) -> list[str]:
-    """A weight-only int8 draft head runs on CPU only, like an int8 target."""
-    if getattr(cfg.method, "head_dtype", None) == "int8" and cfg.model.device == "cuda":
-        return ["method.head_dtype=int8 (weight-only int8) runs on CPU only; use model.device=cpu or another dtype"]
-    return []
-
-
 def check_single_process(cfg: RunConfig) -> list[str]:
     """``baseline`` and ``profile`` measure one process: refused with a parallel run."""
     if cfg.parallelism.tp <= 1 and cfg.parallelism.dp <= 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from specdec_cli.config.combinations import (
     Findings,
     check_features,
+    check_head_dtype,
     resolve_backend,
     resolve_cuda_graphs,
     resolve_rejection,
@@ -18,7 +19,6 @@ from specdec_cli.config.combinations import (
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.fields import (
     check_engine,
-    check_head_dtype,
     check_method,
     check_model,
     check_objective,
