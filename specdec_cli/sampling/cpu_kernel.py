@@ -52,7 +52,7 @@ def draw_rows(
     batch = target_index.numel()
     if draft_flat is None:  # no residual anywhere: the target row stands in for the draft row (never read)
         draft_flat, draft_index = target_flat, target_index
-        use_residual = torch.zeros(batch, dtype=torch.bool)
+        use_residual = torch.zeros(batch, dtype=torch.bool, device=target_flat.device)
     tokens = np.empty(batch, dtype=np.int64)
     kernel = _draw_rows
     if batch * target_flat.shape[-1] >= PARALLEL_MIN_ENTRIES and torch.get_num_threads() > 1:
