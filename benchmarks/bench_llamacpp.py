@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.workload import encode_prompt
@@ -35,11 +36,8 @@ def specdec_runs(target, prompts: list[list[int]], max_new: int, eos: int) -> li
     engine = SpecEngine(target, None, EngineOptions(max_batch_size=1, max_seq_len=2048))
     out = []
     for ids in prompts:
-        request = Request(id="r", prompt_token_ids=ids, max_new_tokens=max_new, params=SamplingParams(0.0),
-                          eos_token_ids=(eos,))
-        engine.add_request(request)
-        while engine.has_work():
-            engine.step()
+        (request,) = run_to_completion(engine, [Request(id="r", prompt_token_ids=ids, max_new_tokens=max_new,
+                                                        params=SamplingParams(0.0), eos_token_ids=(eos,))])
         out.append((request.output_token_ids, request.ttft_s, request.tpot_s or 0.0))
     return out
 

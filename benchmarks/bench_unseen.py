@@ -32,10 +32,10 @@ from specdec_cli.drafters.base import DrafterDeps
 from specdec_cli.engine.engine import SpecEngine
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.request import Request, SamplingParams
-from specdec_cli.engine.tree import TreeSpecEngine
 from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import load_model
-from specdec_cli.run.pipeline import engine_options, tree_nodes
+from specdec_cli.engine.drive import run_to_completion
+from specdec_cli.run.pipeline import build_engine as pipeline_engine
 
 DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eagle3",
                    "eagle3 method.tree_topk=4 method.max_total_draft_tokens=12"]
@@ -50,10 +50,7 @@ def build_engine(target, tokenizer, overrides: list[str], batch: int = 1) -> Spe
     effective = resolve(cfg)
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
                        device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer)
-    drafter = build_drafter(cfg.method, deps)
-    if cfg.method.tree_topk > 1:
-        return TreeSpecEngine(target, drafter, engine_options(cfg, effective), max_nodes=tree_nodes(cfg.method))
-    return SpecEngine(target, drafter, engine_options(cfg, effective))
+    return pipeline_engine(target, build_drafter(cfg.method, deps), cfg, effective)
 
 
 def machine() -> str:
@@ -106,10 +103,8 @@ def main() -> None:
 def warm_up(engines: dict[str, SpecEngine], ids: list[int], eos: int) -> None:
     """One short unmeasured request per engine (first-call allocations and kernel selection), then fresh stats."""
     for engine in engines.values():
-        engine.add_request(Request(id="warm-up", prompt_token_ids=ids, max_new_tokens=8, params=SamplingParams(0.0),
-                                   eos_token_ids=(eos,)))
-        while engine.has_work():
-            engine.step()
+        run_to_completion(engine, [Request(id="warm-up", prompt_token_ids=ids, max_new_tokens=8,
+                                           params=SamplingParams(0.0), eos_token_ids=(eos,))])
         engine.stats = SpecStats()
 
 

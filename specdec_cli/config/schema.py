@@ -81,23 +81,25 @@ class DraftTargetMethodConfig(MethodConfig):
 
 
 @dataclass
-class Eagle3MethodConfig(MethodConfig):
-    name: str = "eagle3"
+class LearnedHeadMethodConfig(MethodConfig):
+    """Fields of the methods whose draft is a learned head on the target's features (eagle3, mtp, dflash)."""
+
     checkpoint: Optional[str] = None  # None: the shipped head for the embedded target
     # The head's weights: float32 | bfloat16 | int8 (weight-only, CPU); None: as model.dtype. The draft's
     # numerics change only which drafts are proposed, never the output distribution.
     head_dtype: Optional[str] = None
+
+
+@dataclass
+class Eagle3MethodConfig(LearnedHeadMethodConfig):
+    name: str = "eagle3"
     # Target layers whose outputs are fused (output-of-layer-i convention); None: {1, N/2-1, N-4}.
     target_layers: Optional[list[int]] = None
 
 
 @dataclass
-class MtpMethodConfig(MethodConfig):
+class MtpMethodConfig(LearnedHeadMethodConfig):
     name: str = "mtp"
-    checkpoint: Optional[str] = None
-    # The head's weights: float32 | bfloat16 | int8 (weight-only, CPU); None: as model.dtype. The draft's
-    # numerics change only which drafts are proposed, never the output distribution.
-    head_dtype: Optional[str] = None
     # Relaxed acceptance applies only inside the thinking phase, between these token ids (TensorRT-LLM's
     # begin/end thinking-phase tokens), strict elsewhere. A model without thinking tokens leaves them None
     # and must ask for relaxed acceptance on every token with relaxed_everywhere=true (else refused).
@@ -114,12 +116,8 @@ class PardMethodConfig(MethodConfig):
 
 
 @dataclass
-class DflashMethodConfig(MethodConfig):
+class DflashMethodConfig(LearnedHeadMethodConfig):
     name: str = "dflash"
-    checkpoint: Optional[str] = None
-    # The head's weights: float32 | bfloat16 | int8 (weight-only, CPU); None: as model.dtype. The draft's
-    # numerics change only which drafts are proposed, never the output distribution.
-    head_dtype: Optional[str] = None
     target_layers: Optional[list[int]] = None  # None: read from the checkpoint config
 
 

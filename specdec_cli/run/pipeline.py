@@ -68,12 +68,16 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template, rows=rows)
     check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    return Pipeline(target, tokenizer, drafter, build_engine(target, drafter, cfg, effective, decode), requests)
+
+
+def build_engine(target: Transformer, drafter: Optional[Drafter], cfg: RunConfig, effective: EffectiveConfig,
+                 decode: Optional[Callable[[list[int]], str]] = None) -> SpecEngine:
+    """The engine ``cfg`` asks for around ``drafter``: the tree engine for a draft tree, else the chain engine."""
     if cfg.method.tree_topk > 1:
-        engine: SpecEngine = TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
-                                            max_nodes=tree_nodes(cfg.method))
-    else:
-        engine = SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
-    return Pipeline(target, tokenizer, drafter, engine, requests)
+        return TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
+                              max_nodes=tree_nodes(cfg.method))
+    return SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
 
 
 def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
