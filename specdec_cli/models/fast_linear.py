@@ -10,13 +10,13 @@ their concatenated weights: fewer calls and bigger GEMMs, bitwise the same outpu
 
 Row invariance (``row_invariant``, default on): a token's output must not depend on how many
 rows share the GEMM, or a K+1 token verify would not reproduce 1-token decodes and greedy
-speculative output could drift from greedy autoregressive output. Every CPU backend measured
+speculative output could drift from greedy autoregressive output. Every CPU library measured
 (oneDNN, MKL) rounds a single row differently from several rows, while oneDNN agrees bit for
-bit across all M >= 2 (every SmolLM2 shape), so a single row is padded to ``MIN_ROWS`` rows.
-That costs single-row forwards ~20 % against MKL's GEMV on AVX-512 CPUs; with
-``row_invariant = False`` a single row takes ``F.linear`` (fastest decode, results then differ
-from multi-row ones by fp32 rounding only) - the right choice for drafters, whose outputs are
-never compared across batch shapes.
+bit across all M >= 2 (every SmolLM2 shape). A single row therefore goes to ``row_gemv``, a
+GEMV in oneDNN's own rounding order (probed bit for bit per shape, faster than MKL's GEMV);
+where the probe finds no match it is padded to ``MIN_ROWS`` rows (~1.3x slower), or with
+``row_invariant = False`` it takes ``F.linear`` (results then differ from multi-row ones by
+fp32 rounding only - fine for drafters, whose outputs are never compared across batch shapes).
 
 Packed copies are rebuilt whenever a weight is replaced or changed in place (``Tensor._version``),
 so drafters can train these modules; with autograd active the plain ``F.linear`` path runs.
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 2
 #: Batch-size hint for the weight reorder (selects the blocked layout; any M is supported).
 PACK_BATCH_HINT = 8
+#: Single rows take the ``row_gemv`` kernel where its probe matched (benchmarks switch it off to time the padding).
+USE_ROW_KERNEL = True
 
 
 def onednn_available() -> bool:
@@ -82,7 +84,7 @@ class Linear(nn.Module):
         packed = self._packed.get(x, self.row_invariant)
         if packed is None:
             return F.linear(x, self.weight, self.bias)
-        return _packed_linear(x, *packed)
+        return packed(x)
 
 
 class SharedLinear:
@@ -99,7 +101,7 @@ class SharedLinear:
         """x [..., in], weight [out, in] -> [..., out]."""
         self.weight = weight
         packed = self._packed.get(x, row_invariant=True)
-        return F.linear(x, weight) if packed is None else _packed_linear(x, *packed)
+        return F.linear(x, weight) if packed is None else packed(x)
 
 
 class LinearGroup:
@@ -121,11 +123,11 @@ class LinearGroup:
         packed = self._packed.get(x, self._linears[0].row_invariant)
         if packed is None:
             return [lin(x) for lin in self._linears]
-        return list(_packed_linear(x, *packed).split(self.sizes, dim=-1))
+        return list(packed(x).split(self.sizes, dim=-1))
 
 
 class _PackedWeights:
-    """The oneDNN-reordered concatenation of some linears' weights (and their concatenated bias).
+    """The packed forms of some linears' concatenated weights (a ``_Packed``), built on first use.
 
     Rebuilt when any source parameter is replaced or modified in place (``Tensor._version``).
     """
@@ -134,15 +136,15 @@ class _PackedWeights:
         self._linears = list(linears)
         self._sources: list[torch.Tensor] = []  # the parameters the cached value was built from
         self._versions: list[int] = []
-        self._value: tuple[torch.Tensor, torch.Tensor | None] | None = None
+        self._value: _Packed | None = None
         self._failed = False
 
     def __getstate__(self) -> dict[str, object]:
         """Copies and pickles drop the cache: oneDNN's opaque tensors cannot be copied."""
         return {**self.__dict__, "_sources": [], "_versions": [], "_value": None}
 
-    def get(self, x: torch.Tensor, row_invariant: bool) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """(packed weight, bias) if the oneDNN path applies to ``x``, else None (use ``F.linear``)."""
+    def get(self, x: torch.Tensor, row_invariant: bool) -> _Packed | None:
+        """The packed weights if they apply to ``x``, else None (use ``F.linear``)."""
         weights = [lin.weight for lin in self._linears]
         if (
             not _ONEDNN
@@ -151,7 +153,6 @@ class _PackedWeights:
             or x.dtype != torch.float32
             or weights[0].dtype != torch.float32
             or x.numel() == 0
-            or (not row_invariant and x.numel() == x.shape[-1])  # a single row: MKL's GEMV is fastest
             or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
         ):
             return None
@@ -161,23 +162,60 @@ class _PackedWeights:
         same = len(params) == len(self._sources) and all(p is q for p, q in zip(params, self._sources))
         if not same or versions != self._versions:
             try:
-                weight = torch.cat(weights) if len(weights) > 1 else weights[0]
-                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_BATCH_HINT)
+                self._value = _Packed(self._linears)
             except RuntimeError as err:  # private op: a build may lack the kernel
                 log.warning("oneDNN weight prepacking failed (%s); using F.linear", err)
                 self._failed = True
                 return None
-            biases = [lin.bias.detach() for lin in self._linears if lin.bias is not None]
-            self._value = (packed, torch.cat(biases) if biases else None)
             self._sources, self._versions = params, versions
+        single_row = x.numel() == x.shape[-1]
+        if single_row and not row_invariant and self._value.row_kernel() is None:
+            return None  # MKL's GEMV beats a padded oneDNN call
         return self._value
 
 
-def _packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] @ packed.T + bias, with single rows padded to ``MIN_ROWS`` (row invariance)."""
-    x2d = x.reshape(-1, x.shape[-1])
-    rows = x2d.shape[0]
-    if rows < MIN_ROWS:
-        x2d = torch.cat([x2d, x2d.new_zeros(MIN_ROWS - rows, x2d.shape[1])])
-    y = torch.ops.mkldnn._linear_pointwise(x2d.contiguous(), packed, bias, "none", [], "")
-    return y[:rows].reshape(*x.shape[:-1], y.shape[-1])
+class _Packed:
+    """oneDNN's reordered weight for several rows; for one row the ``row_gemv`` kernel, or oneDNN padded."""
+
+    def __init__(self, linears: Sequence[Linear]) -> None:
+        self._linears = linears
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(self._cat_weight(), PACK_BATCH_HINT)
+        biases = [lin.bias.detach() for lin in linears if lin.bias is not None]
+        self.bias = torch.cat(biases) if biases else None
+        self._row: object = _UNBUILT  # RowGemv | None, probed on the first single row
+
+    def _cat_weight(self) -> torch.Tensor:
+        weights = [lin.weight.detach() for lin in self._linears]
+        return torch.cat(weights) if len(weights) > 1 else weights[0]
+
+    def row_kernel(self):
+        """The single-row kernel, or None where numba is missing or its probe finds no bitwise match."""
+        if not USE_ROW_KERNEL:
+            return None
+        if self._row is _UNBUILT:
+            try:
+                from specdec_cli.models.row_gemv import RowGemv
+            except ImportError:
+                self._row = None
+            else:
+                self._row = RowGemv.probe(self._cat_weight(), self.bias, self._onednn)
+        return self._row
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., in] -> [..., out]."""
+        x2d = x.reshape(-1, x.shape[-1])
+        if x2d.shape[0] == 1 and self.row_kernel() is not None:
+            y = self.row_kernel()(x2d[0])
+        else:
+            y = self._onednn(x2d)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    def _onednn(self, x2d: torch.Tensor) -> torch.Tensor:
+        """x2d [M, in] @ weight.T + bias -> [M, out]; fewer than ``MIN_ROWS`` rows are padded (row invariance)."""
+        rows = x2d.shape[0]
+        if rows < MIN_ROWS:
+            x2d = torch.cat([x2d, x2d.new_zeros(MIN_ROWS - rows, x2d.shape[1])])
+        return torch.ops.mkldnn._linear_pointwise(x2d.contiguous(), self.weight, self.bias, "none", [], "")[:rows]
+
+
+_UNBUILT = object()

@@ -1,0 +1,104 @@
+"""A single-row fp32 GEMV that rounds exactly like oneDNN's multi-row GEMM, so a 1-token decode needs no padding.
+
+oneDNN's fp32 GEMM (M >= 2, prepacked weights) computes each output as in-order FMA chains over K that are
+added at the end; on the AVX2 CPU measured, one chain over k < 512 and one over k >= 512 for K = 576
+(1024 for K = 1536). ``RowGemv`` computes a row the same way - two in-order FMA chains split at ``split``,
+then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs advance
+together over one contiguous stream; the blocks are spread over torch's thread count. It reads memory
+faster than MKL's GEMV at 2 threads and skips the padding row oneDNN needs (benchmarks/results_model.md).
+
+Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against oneDNN's
+own 2-row output on random rows and returns a kernel only where one matches bit for bit. Elsewhere (another
+CPU or oneDNN version, a bias rounded differently) it returns None and the caller keeps padding the row.
+This module imports numba at the top: import it lazily and pad where that import fails.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Optional
+
+import numba
+import numpy as np
+import torch
+
+BLOCK = 96
+"""Outputs computed together: one block is BLOCK/8 AVX2 accumulators per chain, read from one contiguous stream."""
+SPLIT_STEP = 64
+"""Candidate chain splits are the multiples of this below K (and K itself: one chain)."""
+
+_splits: dict[tuple[int, int, bool, int], Optional[int]] = {}  # (N, K, bias, threads) -> the split that matched
+
+
+class RowGemv:
+    """y = x @ weight.T (+ bias) for one row x [K] -> [N], in oneDNN's rounding order (see the module doc)."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], split: int) -> None:
+        out_features, in_features = weight.shape
+        blocks = -(-out_features // BLOCK)
+        padded = torch.zeros(blocks * BLOCK, in_features, dtype=torch.float32, device=weight.device)
+        padded[:out_features] = weight.detach()
+        # [blocks, K, BLOCK]: for each block, the K weights of its BLOCK outputs, k-major
+        self.packed = np.ascontiguousarray(padded.view(blocks, BLOCK, in_features).permute(0, 2, 1).numpy())
+        self.bias = None if bias is None else bias.detach().contiguous().numpy()
+        self.out_features, self.split = out_features, split
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x [K] float32 (CPU) -> [N]."""
+        out = np.empty(self.packed.shape[0] * BLOCK, dtype=np.float32)
+        numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+        _gemv(x.detach().contiguous().numpy(), self.packed, self.split, out)
+        y = torch.from_numpy(out)[: self.out_features]
+        return y if self.bias is None else y + torch.from_numpy(self.bias)
+
+    @classmethod
+    def probe(
+        cls,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        reference: Callable[[torch.Tensor], torch.Tensor],
+    ) -> Optional[RowGemv]:
+        """A kernel whose rows equal ``reference`` (x [2, K] -> [2, N], oneDNN) bit for bit, or None.
+
+        The split found is remembered per shape and thread count, so layers of one shape probe once.
+        """
+        out_features, in_features = weight.shape
+        key = (out_features, in_features, bias is not None, torch.get_num_threads())
+        candidates = [_splits[key]] if key in _splits else _candidate_splits(in_features)
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        rows = torch.randn(2, in_features, generator=generator, device="cpu")
+        want = reference(rows)
+        kernel = cls(weight, bias, in_features)
+        found = None
+        for split in candidates:
+            if split is None:
+                break
+            kernel.split = split
+            if all(torch.equal(kernel(row), expected) for row, expected in zip(rows, want)):
+                found = split
+                break
+        _splits[key] = found
+        return None if found is None else kernel
+
+
+def _candidate_splits(in_features: int) -> list[int]:
+    """K (one chain) first, then the multiples of SPLIT_STEP below it, largest first."""
+    return [in_features] + list(range((in_features - 1) // SPLIT_STEP * SPLIT_STEP, 0, -SPLIT_STEP))
+
+
+@numba.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})  # contract: x*w + acc is one FMA
+def _gemv(x, packed, split, out):
+    """out[b*BLOCK + j] = sum_{k<split} x[k] w[k] + sum_{k>=split} x[k] w[k], each sum one in-order FMA chain."""
+    blocks, in_features, _ = packed.shape
+    for b in numba.prange(blocks):
+        head = np.zeros(BLOCK, dtype=np.float32)
+        tail = np.zeros(BLOCK, dtype=np.float32)
+        for k in range(split):
+            xk = x[k]
+            for j in range(BLOCK):
+                head[j] += xk * packed[b, k, j]
+        for k in range(split, in_features):
+            xk = x[k]
+            for j in range(BLOCK):
+                tail[j] += xk * packed[b, k, j]
+        for j in range(BLOCK):
+            out[b * BLOCK + j] = head[j] + tail[j]

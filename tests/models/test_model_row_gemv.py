@@ -1,0 +1,87 @@
+"""The single-row GEMV in oneDNN's rounding order: bitwise equal to oneDNN's multi-row rows, probed, with fallbacks."""
+from __future__ import annotations
+
+import platform
+import sys
+
+import pytest
+import torch
+
+from specdec_cli.models import fast_linear
+from specdec_cli.models.fast_linear import Linear, LinearGroup
+from specdec_cli.models.row_gemv import BLOCK, RowGemv
+
+# SmolLM2-135M's shapes (q/k/v grouped, o, gate/up grouped, down, LM head), then ragged ones
+SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576), (576, 49152), (70, 100), (576, BLOCK + 1)]
+
+pytestmark = pytest.mark.skipif(
+    not fast_linear.onednn_available() or platform.machine() not in ("x86_64", "AMD64"),
+    reason="the rounding order probed here is oneDNN's x86 fp32 GEMM",
+)
+
+
+def _linear(in_f: int, out_f: int, bias: bool = False) -> Linear:
+    torch.manual_seed(in_f + out_f)
+    layer = Linear(in_f, out_f, bias)
+    with torch.no_grad():
+        layer.weight.normal_(0, in_f**-0.5)
+        if layer.bias is not None:
+            layer.bias.normal_()
+    return layer.requires_grad_(False)
+
+
+@pytest.mark.parametrize(("in_f", "out_f"), SHAPES)
+def test_single_rows_equal_multi_row_rows_bit_for_bit(in_f: int, out_f: int) -> None:
+    layer = _linear(in_f, out_f)
+    x = torch.randn(9, in_f) * torch.logspace(-3, 3, 9)[:, None]  # rows of very different scales
+    with torch.inference_mode():
+        rows = layer(x)
+        singles = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
+        kernel = layer._packed._value.row_kernel()
+    assert kernel is not None, "no chain split reproduced oneDNN on this CPU: decode pads single rows"
+    assert torch.equal(singles, rows)
+
+
+def test_a_group_with_biases_takes_the_kernel_and_stays_exact() -> None:
+    q, k = _linear(64, 48, bias=True), _linear(64, 16, bias=True)
+    group = LinearGroup(q, k)
+    x = torch.randn(4, 64)
+    with torch.inference_mode():
+        many = torch.cat(group(x), dim=-1)
+        ones = torch.cat([torch.cat(group(x[i : i + 1]), dim=-1) for i in range(4)])
+        assert group._packed._value.row_kernel() is not None
+    assert torch.equal(ones, many)
+
+
+def test_the_probe_refuses_a_reference_it_cannot_reproduce() -> None:
+    weight = torch.randn(BLOCK, 128)
+
+    def off_by_an_ulp(rows: torch.Tensor) -> torch.Tensor:
+        return torch.nextafter(rows @ weight.T, torch.tensor(float("inf")))
+
+    assert RowGemv.probe(weight, None, off_by_an_ulp) is None
+
+
+def test_without_the_kernel_a_single_row_is_padded_and_still_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "specdec_cli.models.row_gemv", None)  # numba missing: the import fails
+    layer = _linear(576, 192)
+    x = torch.randn(3, 576)
+    with torch.inference_mode():
+        singles = torch.cat([layer(x[i : i + 1]) for i in range(3)])
+        assert layer._packed._value.row_kernel() is None
+        assert torch.equal(singles, layer(x))
+        layer.row_invariant = False  # no kernel: a single row takes F.linear (MKL), close but not bitwise
+        assert layer._packed.get(x[:1], row_invariant=False) is None
+        torch.testing.assert_close(layer(x[:1]), singles[:1], rtol=0, atol=1e-5)
+
+
+def test_the_kernel_follows_weight_updates() -> None:
+    layer = _linear(64, 32)
+    x = torch.randn(1, 64)
+    with torch.inference_mode():
+        before = layer(x)
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    with torch.inference_mode():
+        assert torch.equal(layer(x), layer(x.expand(2, -1))[:1])
+        torch.testing.assert_close(layer(x), 2 * before, rtol=1e-6, atol=1e-6)
