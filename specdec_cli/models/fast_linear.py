@@ -12,9 +12,10 @@ Row invariance (``row_invariant``, default on): a token's output must not depend
 rows share the GEMM, or a K+1 token verify would not reproduce 1-token decodes and greedy
 speculative output could drift from greedy autoregressive output. Every CPU library measured
 (oneDNN, MKL) rounds a single row differently from several rows, while oneDNN agrees bit for
-bit across all M >= 2 (every SmolLM2 shape). A single row therefore goes to ``row_gemv``, a
-GEMV in oneDNN's own rounding order (probed bit for bit per shape, faster than MKL's GEMV);
-where the probe finds no match it is padded to ``MIN_ROWS`` rows (~1.3x slower), or with
+bit across all M >= 2 (every SmolLM2 shape). 1 or 2 rows therefore go to ``row_gemv``, a
+kernel in oneDNN's own rounding order (probed bit for bit per shape; as fast as MKL's GEMV for
+one row, a little faster than oneDNN for two). Where the probe finds no match a single row is padded to
+``MIN_ROWS`` rows (~1.2x slower), or with
 ``row_invariant = False`` it takes ``F.linear`` (results then differ from multi-row ones by
 fp32 rounding only - fine for drafters, whose outputs are never compared across batch shapes).
 
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 2
 #: Batch-size hint for the weight reorder (selects the blocked layout; any M is supported).
 PACK_BATCH_HINT = 8
-#: Single rows take the ``row_gemv`` kernel where its probe matched (benchmarks switch it off to time the padding).
+#: Calls of 1 to ``row_gemv.MAX_ROWS`` rows take the ``row_gemv`` kernel where its probe matched (benchmarks
+#: switch it off to time the alternatives).
 USE_ROW_KERNEL = True
 
 
@@ -175,21 +177,21 @@ class _PackedWeights:
 
 
 class _Packed:
-    """oneDNN's reordered weight for several rows; for one row the ``row_gemv`` kernel, or oneDNN padded."""
+    """oneDNN's reordered weight, and for 1-2 rows the ``row_gemv`` kernel where it applies (else oneDNN, padded)."""
 
     def __init__(self, linears: Sequence[Linear]) -> None:
         self._linears = linears
         self.weight = torch.ops.mkldnn._reorder_linear_weight(self._cat_weight(), PACK_BATCH_HINT)
         biases = [lin.bias.detach() for lin in linears if lin.bias is not None]
         self.bias = torch.cat(biases) if biases else None
-        self._row: object = _UNBUILT  # RowGemv | None, probed on the first single row
+        self._row: object = _UNBUILT  # RowGemv | None, probed on first use
 
     def _cat_weight(self) -> torch.Tensor:
         weights = [lin.weight.detach() for lin in self._linears]
         return torch.cat(weights) if len(weights) > 1 else weights[0]
 
     def row_kernel(self):
-        """The single-row kernel, or None where numba is missing or its probe finds no bitwise match."""
+        """The few-row kernel (``RowGemv``), or None where numba is missing or its probe finds no bitwise match."""
         if not USE_ROW_KERNEL:
             return None
         if self._row is _UNBUILT:
@@ -204,8 +206,9 @@ class _Packed:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out]."""
         x2d = x.reshape(-1, x.shape[-1])
-        if x2d.shape[0] == 1 and self.row_kernel() is not None:
-            y = self.row_kernel()(x2d[0])
+        kernel = self.row_kernel()
+        if kernel is not None and x2d.shape[0] <= kernel.MAX_ROWS:
+            y = kernel(x2d)
         else:
             y = self._onednn(x2d)
         return y.reshape(*x.shape[:-1], y.shape[-1])

@@ -1,12 +1,13 @@
-"""A single-row fp32 GEMV that rounds exactly like oneDNN's multi-row GEMM, so a 1-token decode needs no padding.
+"""A fp32 GEMM for 1 to ``MAX_ROWS`` rows that rounds exactly like oneDNN's multi-row GEMM, faster for so few rows.
 
 oneDNN's fp32 GEMM (M >= 2, prepacked weights) computes each output as in-order FMA chains over K that are
 added at the end; on the CPU measured (Xeon, AVX-512), one chain over k < 512 and one over k >= 512 for K = 576
-(1024 for K = 1536). ``RowGemv`` computes a row the same way - two in-order FMA chains split at ``split``,
-then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs advance
-together over one contiguous stream, their accumulators held in registers; the blocks are spread over
-torch's thread count. A decode with it is as fast as with MKL's GEMV and ~1.2x faster than padding the row
-to 2 for oneDNN (benchmarks/results_model.md).
+(1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA chains split at ``split``,
+then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs of every
+row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
+spread over torch's thread count. A 1-token decode with it is as fast as with MKL's GEMV and ~1.2x faster
+than padding the row to 2 for oneDNN; a 2-row verify (one draft) is ~4% faster than with oneDNN
+(benchmarks/results_model.md). From 3 rows oneDNN is as fast or faster: each further row here costs compute.
 
 Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against oneDNN's
 own 2-row output on random rows and returns a kernel only where one matches bit for bit. Elsewhere (another
@@ -26,6 +27,8 @@ from numba.extending import intrinsic
 
 BLOCK = 48
 """Outputs computed together: BLOCK/8 256-bit accumulators per chain, fed by one contiguous weight stream."""
+MAX_ROWS = 2
+"""Most rows one call takes (its accumulators, rows x BLOCK per chain, must fit in the vector registers)."""
 SPLIT_STEP = 64
 """Candidate chain splits are the multiples of this below K (and K itself: one chain)."""
 
@@ -33,7 +36,9 @@ _splits: dict[tuple[int, int, bool, int], Optional[int]] = {}  # (N, K, bias, th
 
 
 class RowGemv:
-    """y = x @ weight.T (+ bias) for one row x [K] -> [N], in oneDNN's rounding order (see the module doc)."""
+    """y = x @ weight.T (+ bias) for x [M, K], 1 <= M <= MAX_ROWS -> [M, N], in oneDNN's rounding order."""
+
+    MAX_ROWS = MAX_ROWS
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], split: int) -> None:
         out_features, in_features = weight.shape
@@ -46,11 +51,12 @@ class RowGemv:
         self.out_features, self.split = out_features, split
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x [K] float32 (CPU) -> [N]."""
-        out = np.empty(self.packed.shape[0] * BLOCK, dtype=np.float32)
+        """x [M, K] float32 (CPU), M <= MAX_ROWS -> [M, N]."""
+        rows = x.shape[0]
+        out = np.empty((rows, self.packed.shape[0] * BLOCK), dtype=np.float32)
         numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-        _gemv(x.detach().contiguous().numpy(), self.packed, self.split, out)
-        y = torch.from_numpy(out)[: self.out_features]
+        _gemm(x.detach().contiguous().numpy(), self.packed, self.split, out, _ROW_TAGS[rows])
+        y = torch.from_numpy(out)[:, : self.out_features]
         return y if self.bias is None else y + torch.from_numpy(self.bias)
 
     @classmethod
@@ -60,15 +66,16 @@ class RowGemv:
         bias: Optional[torch.Tensor],
         reference: Callable[[torch.Tensor], torch.Tensor],
     ) -> Optional[RowGemv]:
-        """A kernel whose rows equal ``reference`` (x [2, K] -> [2, N], oneDNN) bit for bit, or None.
+        """A kernel whose rows equal ``reference`` (x [M, K] -> [M, N], oneDNN) bit for bit, or None.
 
-        The split found is remembered per shape and thread count, so layers of one shape probe once.
+        Every row count up to MAX_ROWS is checked. The split found is remembered per shape and thread count,
+        so layers of one shape probe once.
         """
         out_features, in_features = weight.shape
         key = (out_features, in_features, bias is not None, torch.get_num_threads())
         candidates = [_splits[key]] if key in _splits else _candidate_splits(in_features)
         generator = torch.Generator(device="cpu").manual_seed(0)
-        rows = torch.randn(2, in_features, generator=generator, device="cpu")
+        rows = torch.randn(MAX_ROWS, in_features, generator=generator, device="cpu")
         want = reference(rows)
         kernel = cls(weight, bias, in_features)
         found = None
@@ -76,7 +83,7 @@ class RowGemv:
             if split is None:
                 break
             kernel.split = split
-            if all(torch.equal(kernel(row), expected) for row, expected in zip(rows, want)):
+            if all(torch.equal(kernel(rows[:m]), want[:m]) for m in range(1, MAX_ROWS + 1)):
                 found = split
                 break
         _splits[key] = found
@@ -88,33 +95,46 @@ def _candidate_splits(in_features: int) -> list[int]:
     return [in_features] + list(range((in_features - 1) // SPLIT_STEP * SPLIT_STEP, 0, -SPLIT_STEP))
 
 
+_ROW_TAGS = {rows: (0,) * rows for rows in range(1, MAX_ROWS + 1)}
+"""The row count as a type (a tuple of that length), so numba compiles and caches one version per row count."""
+
+
 @intrinsic
-def _stack_block(typingctx):
-    """A float32[BLOCK] scratch on the stack: unlike a heap array, LLVM keeps it in vector registers."""
+def _stack_tile(typingctx, row_tag):
+    """A float32[len(row_tag) * BLOCK] scratch on the stack: unlike a heap array, LLVM keeps it in registers."""
+    if not isinstance(row_tag, types.UniTuple):
+        return None
+    size = row_tag.count * BLOCK
 
     def codegen(context, builder, signature, args):
-        return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=BLOCK)
+        return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=size)
 
-    return types.CPointer(types.float32)(), codegen
+    return types.CPointer(types.float32)(row_tag), codegen
 
 
 @numba.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})  # contract: x*w + acc is one FMA
-def _gemv(x, packed, split, out):
-    """out[b*BLOCK + j] = sum_{k<split} x[k] w[k] + sum_{k>=split} x[k] w[k], each sum one in-order FMA chain."""
+def _gemm(x, packed, split, out, row_tag):
+    """out[r, b*BLOCK + j] = sum_{k<split} x[r, k] w[k] + sum_{k>=split} x[r, k] w[k], each sum one in-order
+    FMA chain. ``row_tag`` (``_ROW_TAGS[x.shape[0]]``) compiles the row count in."""
+    rows = len(row_tag)
     blocks, in_features, _ = packed.shape
     for b in numba.prange(blocks):
-        head = numba.carray(_stack_block(), (BLOCK,))
-        tail = numba.carray(_stack_block(), (BLOCK,))
-        for j in range(BLOCK):
-            head[j] = 0.0
-            tail[j] = 0.0
+        head = numba.carray(_stack_tile(row_tag), (rows, BLOCK))
+        tail = numba.carray(_stack_tile(row_tag), (rows, BLOCK))
+        for r in range(rows):
+            for j in range(BLOCK):
+                head[r, j] = 0.0
+                tail[r, j] = 0.0
         for k in range(split):
-            xk = x[k]
-            for j in range(BLOCK):
-                head[j] += xk * packed[b, k, j]
+            for r in range(rows):
+                xk = x[r, k]
+                for j in range(BLOCK):
+                    head[r, j] += xk * packed[b, k, j]
         for k in range(split, in_features):
-            xk = x[k]
+            for r in range(rows):
+                xk = x[r, k]
+                for j in range(BLOCK):
+                    tail[r, j] += xk * packed[b, k, j]
+        for r in range(rows):
             for j in range(BLOCK):
-                tail[j] += xk * packed[b, k, j]
-        for j in range(BLOCK):
-            out[b * BLOCK + j] = head[j] + tail[j]
+                out[r, b * BLOCK + j] = head[r, j] + tail[r, j]

@@ -1,4 +1,4 @@
-"""The single-row GEMV in oneDNN's rounding order: bitwise equal to oneDNN's multi-row rows, probed, with fallbacks."""
+"""The few-row kernel in oneDNN's rounding order: bitwise equal to oneDNN's many-row rows, probed, with fallbacks."""
 from __future__ import annotations
 
 import platform
@@ -9,7 +9,7 @@ import torch
 
 from specdec_cli.models import fast_linear
 from specdec_cli.models.fast_linear import Linear, LinearGroup
-from specdec_cli.models.row_gemv import BLOCK, RowGemv
+from specdec_cli.models.row_gemv import BLOCK, MAX_ROWS, RowGemv
 
 # SmolLM2-135M's shapes (q/k/v grouped, o, gate/up grouped, down, LM head), then ragged ones
 SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576), (576, 49152), (70, 100), (576, BLOCK + 1)]
@@ -31,15 +31,16 @@ def _linear(in_f: int, out_f: int, bias: bool = False) -> Linear:
 
 
 @pytest.mark.parametrize(("in_f", "out_f"), SHAPES)
-def test_single_rows_equal_multi_row_rows_bit_for_bit(in_f: int, out_f: int) -> None:
+def test_few_rows_equal_many_row_rows_bit_for_bit(in_f: int, out_f: int) -> None:
     layer = _linear(in_f, out_f)
     x = torch.randn(9, in_f) * torch.logspace(-3, 3, 9)[:, None]  # rows of very different scales
     with torch.inference_mode():
-        rows = layer(x)
-        singles = torch.cat([layer(x[i : i + 1]) for i in range(len(x))])
+        rows = layer(x)  # 9 rows: oneDNN
         kernel = layer._packed._value.row_kernel()
-    assert kernel is not None, "no chain split reproduced oneDNN on this CPU: decode pads single rows"
-    assert torch.equal(singles, rows)
+        assert kernel is not None, "no chain split reproduced oneDNN on this CPU: decode pads single rows"
+        for size in range(1, MAX_ROWS + 1):
+            pieces = torch.cat([layer(x[i : i + size]) for i in range(0, 9, size)])
+            assert torch.equal(pieces, rows), f"{size}-row calls round differently from 9-row calls"
 
 
 def test_a_group_with_biases_takes_the_kernel_and_stays_exact() -> None:
