@@ -112,7 +112,7 @@ def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> Non
     families = sorted({key[2] for key in tally if key[2] != "all"}) + ["all"]
     lines = [f"# Unseen prompt families (`benchmarks/bench_unseen.py`)", "",
              f"Command: `{command}`  ", f"Machine: {machine()}; {args.max_new} new tokens per prompt, "
-             f"prompts `{args.prompts}` ({len(families) - 1} families, never trained on); one run.", "",
+             f"prompts `{args.prompts}` ({len(families) - 1} families); one run.", "",
              "Cells: acceptance length (tokens per verify step) / tokens/s relative to `none` in the same run.", ""]
     record = {"command": command, "machine": machine(), "rows": []}
     for temperature in args.temperatures:

@@ -53,10 +53,12 @@ class RowGemv:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] float32 (CPU), M <= MAX_ROWS -> [M, N]."""
         rows = x.shape[0]
-        out = np.empty((rows, self.packed.shape[0] * BLOCK), dtype=np.float32)
-        numba.set_num_threads(min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-        _gemm(x.detach().contiguous().numpy(), self.packed, self.split, out, _ROW_TAGS[rows])
-        y = torch.from_numpy(out)[:, : self.out_features]
+        out = torch.empty(rows, self.packed.shape[0] * BLOCK, dtype=torch.float32, device="cpu")
+        threads = torch.get_num_threads()
+        if threads != numba.get_num_threads():
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        _gemm(x.detach().contiguous().numpy(), self.packed, self.split, out.numpy(), _ROW_TAGS[rows])
+        y = out if out.shape[1] == self.out_features else out[:, : self.out_features]
         return y if self.bias is None else y + torch.from_numpy(self.bias)
 
     @classmethod
