@@ -14,10 +14,10 @@ speculative output could drift from greedy autoregressive output. Every CPU libr
 (oneDNN, MKL) rounds a single row differently from several rows, while oneDNN agrees bit for
 bit across all M >= 2 (every SmolLM2 shape). 1 or 2 rows therefore go to ``row_gemv``, a
 kernel in oneDNN's own rounding order (probed bit for bit per shape; as fast as MKL's GEMV for
-one row, a little faster than oneDNN for two). Where the probe finds no match a single row is padded to
-``MIN_ROWS`` rows (~1.2x slower), or with
-``row_invariant = False`` it takes ``F.linear`` (results then differ from multi-row ones by
-fp32 rounding only - fine for drafters, whose outputs are never compared across batch shapes).
+one row, a little faster than oneDNN for two). Where the probe finds no match, a single row is
+padded to ``MIN_ROWS`` rows for oneDNN (~1.2x slower), or with ``row_invariant = False`` takes
+``F.linear`` (results then differ from multi-row ones by fp32 rounding only - fine for drafters,
+whose outputs are never compared across batch shapes).
 
 Packed copies are rebuilt whenever a weight is replaced or changed in place (``Tensor._version``),
 so drafters can train these modules; with autograd active the plain ``F.linear`` path runs.

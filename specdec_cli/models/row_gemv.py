@@ -10,7 +10,7 @@ than padding the row to 2 for oneDNN; a 2-row verify (one draft) is ~4% faster t
 (benchmarks/results_model.md). From 3 rows oneDNN is as fast or faster: each further row here costs compute.
 
 Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against oneDNN's
-own 2-row output on random rows and returns a kernel only where one matches bit for bit. Elsewhere (another
+own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit for bit. Elsewhere (another
 CPU or oneDNN version, a bias rounded differently) it returns None and the caller keeps padding the row.
 This module imports numba at the top: import it lazily and pad where that import fails.
 """

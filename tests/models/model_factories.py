@@ -81,3 +81,16 @@ def to_ours(hf: PreTrainedModel) -> Transformer:
     model = Transformer(ModelArch.from_hf_config(hf.config))
     model.load_state_dict({k.removeprefix("model."): v for k, v in hf.state_dict().items()})
     return model.requires_grad_(False).eval()
+
+
+def random_linear(in_features: int, out_features: int, bias: bool = False, seed: int = 0):
+    """A frozen ``fast_linear.Linear`` with N(0, 1/in_features) weights (and N(0, 1) biases)."""
+    from specdec_cli.models.fast_linear import Linear
+
+    torch.manual_seed(seed)
+    layer = Linear(in_features, out_features, bias)
+    with torch.no_grad():
+        layer.weight.normal_(0, in_features**-0.5)
+        if layer.bias is not None:
+            layer.bias.normal_()
+    return layer.requires_grad_(False)

@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+from model_factories import random_linear
 import torch.nn.functional as F
 
 from specdec_cli.models.fast_linear import Linear, LinearGroup, onednn_available
@@ -15,13 +16,7 @@ SHAPES = [(576, 576), (576, 192), (576, 1536), (1536, 576), (576, 4096)]
 
 
 def _linear(in_f: int, out_f: int, bias: bool = False, seed: int = 0) -> Linear:
-    torch.manual_seed(seed)
-    layer = Linear(in_f, out_f, bias)
-    with torch.no_grad():
-        layer.weight.normal_(0, in_f**-0.5)
-        if layer.bias is not None:
-            layer.bias.normal_()
-    return layer.requires_grad_(False)
+    return random_linear(in_f, out_f, bias, seed)
 
 
 def test_onednn_ops_exist_in_this_torch() -> None:

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from model_factories import random_linear
 
 from specdec_cli.models import fast_linear
 from specdec_cli.models.fast_linear import Linear, LinearGroup
@@ -21,13 +22,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _linear(in_f: int, out_f: int, bias: bool = False) -> Linear:
-    torch.manual_seed(in_f + out_f)
-    layer = Linear(in_f, out_f, bias)
-    with torch.no_grad():
-        layer.weight.normal_(0, in_f**-0.5)
-        if layer.bias is not None:
-            layer.bias.normal_()
-    return layer.requires_grad_(False)
+    return random_linear(in_f, out_f, bias, seed=in_f + out_f)
 
 
 @pytest.mark.parametrize(("in_f", "out_f"), SHAPES)
