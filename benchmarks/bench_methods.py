@@ -23,6 +23,7 @@ import torch
 
 from specdec_cli.config.schema import (
     DraftTargetMethodConfig,
+    Eagle3MethodConfig,
     MethodConfig,
     NgramMethodConfig,
     NoneMethodConfig,
@@ -56,7 +57,7 @@ class Tally:
 
 
 def ours(model, tokenizer, method: MethodConfig) -> Callable[[list[int], float, int, int], Tally]:
-    deps = DrafterDeps(model, 1, 2048, model.arch.vocab_size, torch.device("cpu"), torch.float32)
+    deps = DrafterDeps(model, 1, 2048, model.arch.vocab_size, torch.device("cpu"), torch.float32, tokenizer)
     drafter = build_drafter(method, deps)
     engine = SpecEngine(model, drafter, EngineOptions(max_batch_size=1, max_seq_len=2048,
                                                       max_draft_len=method.num_draft_tokens))
@@ -107,6 +108,8 @@ def main() -> None:
         "suffix": ours(model, tokenizer, SuffixMethodConfig(num_draft_tokens=k)),
         f"draft_target (first {SELF_SPEC_LAYERS} layers)": ours(
             model, tokenizer, DraftTargetMethodConfig(self_speculative_layers=SELF_SPEC_LAYERS, num_draft_tokens=k)),
+        # the shipped head at conf/method/eagle3.yaml's settings (confidence stop 0.3; suffix enhancer auto)
+        "eagle3 (shipped)": ours(model, tokenizer, Eagle3MethodConfig(num_draft_tokens=k, draft_confidence=0.3)),
     }
     if not args.no_hf:
         from transformers import AutoModelForCausalLM
@@ -124,6 +127,9 @@ def main() -> None:
     prompts = load_prompts(WorkloadConfig(source="mt_bench", num_prompts=args.prompts))
     encoded = [encode_prompt(tokenizer, p.text, chat=True) for p in prompts]
     tallies = {(name, t): Tally() for name in configs for t in (0.0, 1.0)}
+    for run in configs.values():  # warm-up, untimed: JIT compiles, kernel probes, weight packing
+        for temperature in (0.0, 1.0):
+            run(encoded[0], temperature, 8, 0)
     for index, prompt_ids in enumerate(encoded):
         for temperature in (0.0, 1.0):
             order = list(configs) if index % 2 == 0 else list(reversed(configs))
