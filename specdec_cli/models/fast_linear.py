@@ -13,11 +13,14 @@ rows share the GEMM, or a K+1 token verify would not reproduce 1-token decodes a
 speculative output could drift from greedy autoregressive output. Every CPU library measured
 (oneDNN, MKL) rounds a single row differently from several rows, while oneDNN agrees bit for
 bit across all M >= 2 (every SmolLM2 shape). 1 or 2 rows therefore go to ``row_gemv``, a
-kernel in oneDNN's own rounding order (probed bit for bit per shape; as fast as MKL's GEMV for
+kernel in oneDNN's own rounding order (probed bit for bit per shape; within ~3% of MKL's GEMV for
 one row, a little faster than oneDNN for two). Where the probe finds no match, a single row is
 padded to ``MIN_ROWS`` rows for oneDNN (~1.2x slower), or with ``row_invariant = False`` takes
 ``F.linear`` (results then differ from multi-row ones by fp32 rounding only - fine for drafters,
 whose outputs are never compared across batch shapes).
+
+Memory: the oneDNN copy and, once a 1-2 row call happens, the kernel's copy come on top of the
+parameters (3x the fp32 weights for a model that decodes on CPU).
 
 Packed copies are rebuilt whenever a weight is replaced or changed in place (``Tensor._version``),
 so drafters can train these modules; with autograd active the plain ``F.linear`` path runs.
@@ -38,8 +41,10 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 2
 #: Batch-size hint for the weight reorder (selects the blocked layout; any M is supported).
 PACK_BATCH_HINT = 8
-#: Calls of 1 to ``row_gemv.MAX_ROWS`` rows take the ``row_gemv`` kernel where its probe matched (benchmarks
-#: switch it off to time the alternatives).
+#: Calls of 1 to this many rows take the ``row_gemv`` kernel where its probe matched; it is built on the first
+#: such call (a copy of the weight), so prefill-only uses never hold it.
+ROW_KERNEL_MAX_ROWS = 2
+#: Benchmarks switch the kernel off to time the alternatives.
 USE_ROW_KERNEL = True
 
 
@@ -206,8 +211,8 @@ class _Packed:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out]."""
         x2d = x.reshape(-1, x.shape[-1])
-        kernel = self.row_kernel()
-        if kernel is not None and x2d.shape[0] <= kernel.MAX_ROWS:
+        kernel = self.row_kernel() if x2d.shape[0] <= ROW_KERNEL_MAX_ROWS else None
+        if kernel is not None:
             y = kernel(x2d)
         else:
             y = self._onednn(x2d)

@@ -5,13 +5,14 @@ added at the end; on the CPU measured (Xeon, AVX-512), one chain over k < 512 an
 (1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA chains split at ``split``,
 then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs of every
 row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
-spread over torch's thread count. A 1-token decode with it is as fast as with MKL's GEMV and ~1.2x faster
-than padding the row to 2 for oneDNN; a 2-row verify (one draft) is ~4% faster than with oneDNN
+spread over torch's thread count. A 1-token decode with it is within ~3% of one with MKL's GEMV and 1.2x
+faster than padding the row to 2 for oneDNN; a 2-row verify (one draft) is ~4% faster than with oneDNN
 (benchmarks/results_model.md). From 3 rows oneDNN is as fast or faster: each further row here costs compute.
 
-Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against oneDNN's
-own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit for bit. Elsewhere (another
-CPU or oneDNN version, a bias rounded differently) it returns None and the caller keeps padding the row.
+Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against
+oneDNN's own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit
+for bit. Elsewhere (another CPU or oneDNN version, a bias rounded differently) it returns None and the caller
+keeps padding the row.
 This module imports numba at the top: import it lazily and pad where that import fails.
 """
 from __future__ import annotations
@@ -25,10 +26,10 @@ import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from specdec_cli.models.fast_linear import ROW_KERNEL_MAX_ROWS as MAX_ROWS
+
 BLOCK = 48
 """Outputs computed together: BLOCK/8 256-bit accumulators per chain, fed by one contiguous weight stream."""
-MAX_ROWS = 2
-"""Most rows one call takes (its accumulators, rows x BLOCK per chain, must fit in the vector registers)."""
 SPLIT_STEP = 64
 """Candidate chain splits are the multiples of this below K (and K itself: one chain)."""
 
@@ -36,9 +37,9 @@ _splits: dict[tuple[int, int, bool, int], Optional[int]] = {}  # (N, K, bias, th
 
 
 class RowGemv:
-    """y = x @ weight.T (+ bias) for x [M, K], 1 <= M <= MAX_ROWS -> [M, N], in oneDNN's rounding order."""
-
-    MAX_ROWS = MAX_ROWS
+    """y = x @ weight.T (+ bias) for x [M, K], 1 <= M <= MAX_ROWS -> [M, N], in oneDNN's rounding order.
+    MAX_ROWS (``fast_linear.ROW_KERNEL_MAX_ROWS``, 2): each further row costs compute here; from 3 rows
+    oneDNN is as fast."""
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], split: int) -> None:
         out_features, in_features = weight.shape

@@ -31,6 +31,7 @@ def test_few_rows_equal_many_row_rows_bit_for_bit(in_f: int, out_f: int) -> None
     x = torch.randn(9, in_f) * torch.logspace(-3, 3, 9)[:, None]  # rows of very different scales
     with torch.inference_mode():
         rows = layer(x)  # 9 rows: oneDNN
+        assert layer._packed._value._row is fast_linear._UNBUILT, "a many-row call built the row kernel's copy"
         kernel = layer._packed._value.row_kernel()
         assert kernel is not None, "no chain split reproduced oneDNN on this CPU: decode pads single rows"
         for size in range(1, MAX_ROWS + 1):
