@@ -28,6 +28,7 @@ Copies (``copy.deepcopy``) and pickles drop the packed cache; it is rebuilt on f
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -41,10 +42,9 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 2
 #: Batch-size hint for the weight reorder (selects the blocked layout; any M is supported).
 PACK_BATCH_HINT = 8
-#: Calls of 1 to this many rows take the ``row_gemv`` kernel where its probe matched; it is built on the first
-#: such call (a copy of the weight), so prefill-only uses never hold it.
-ROW_KERNEL_MAX_ROWS = 2
-#: Benchmarks switch the kernel off to time the alternatives.
+#: Calls of 1 to ``row_gemv.MAX_ROWS`` rows take the ``row_gemv`` kernel where its probe matched (benchmarks
+#: switch it off to time the alternatives). It is built on the first such call (a copy of the weight), so
+#: prefill-only uses never hold it.
 USE_ROW_KERNEL = True
 
 
@@ -195,27 +195,21 @@ class _Packed:
         weights = [lin.weight.detach() for lin in self._linears]
         return torch.cat(weights) if len(weights) > 1 else weights[0]
 
-    def row_kernel(self):
-        """The few-row kernel (``RowGemv``), or None where numba is missing or its probe finds no bitwise match."""
-        if not USE_ROW_KERNEL:
+    def row_kernel(self, rows: int = 1):
+        """The ``RowGemv`` for a call of ``rows`` rows, or None: too many rows, numba missing, or its probe
+        found no bitwise match."""
+        module = _row_gemv() if USE_ROW_KERNEL else None
+        if module is None or rows > module.MAX_ROWS:
             return None
         if self._row is _UNBUILT:
-            try:
-                from specdec_cli.models.row_gemv import RowGemv
-            except ImportError:
-                self._row = None
-            else:
-                self._row = RowGemv.probe(self._cat_weight(), self.bias, self._onednn)
+            self._row = module.RowGemv.probe(self._cat_weight(), self.bias, self._onednn)
         return self._row
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out]."""
         x2d = x.reshape(-1, x.shape[-1])
-        kernel = self.row_kernel() if x2d.shape[0] <= ROW_KERNEL_MAX_ROWS else None
-        if kernel is not None:
-            y = kernel(x2d)
-        else:
-            y = self._onednn(x2d)
+        kernel = self.row_kernel(x2d.shape[0])
+        y = self._onednn(x2d) if kernel is None else kernel(x2d)
         return y.reshape(*x.shape[:-1], y.shape[-1])
 
     def _onednn(self, x2d: torch.Tensor) -> torch.Tensor:
@@ -227,3 +221,13 @@ class _Packed:
 
 
 _UNBUILT = object()
+
+
+@functools.cache
+def _row_gemv():
+    """The ``row_gemv`` module, or None where numba cannot be imported (imported once, on first use)."""
+    try:
+        import specdec_cli.models.row_gemv as row_gemv
+    except ImportError:
+        return None
+    return row_gemv

@@ -26,8 +26,8 @@ import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from specdec_cli.models.fast_linear import ROW_KERNEL_MAX_ROWS as MAX_ROWS
-
+MAX_ROWS = 2
+"""Most rows one call takes: each further row costs compute here, and from 3 rows oneDNN is as fast."""
 BLOCK = 48
 """Outputs computed together: BLOCK/8 256-bit accumulators per chain, fed by one contiguous weight stream."""
 SPLIT_STEP = 64
@@ -37,9 +37,9 @@ _splits: dict[tuple[int, int, bool, int], Optional[int]] = {}  # (N, K, bias, th
 
 
 class RowGemv:
-    """y = x @ weight.T (+ bias) for x [M, K], 1 <= M <= MAX_ROWS -> [M, N], in oneDNN's rounding order.
-    MAX_ROWS (``fast_linear.ROW_KERNEL_MAX_ROWS``, 2): each further row costs compute here; from 3 rows
-    oneDNN is as fast."""
+    """y = x @ weight.T (+ bias) for x [M, K], 1 <= M <= MAX_ROWS -> [M, N], in oneDNN's rounding order."""
+
+    MAX_ROWS = MAX_ROWS
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], split: int) -> None:
         out_features, in_features = weight.shape
