@@ -101,6 +101,14 @@ class Transformer(nn.Module):
             device=self.device,
         )
 
+    @torch.inference_mode()
+    def warm_up(self) -> None:
+        """Build the lazily made per-weight state (packed weights, the few-row kernel) with a throw-away 2-token
+        and 1-token forward, so that the first timed request does not pay for it."""
+        cache = self.new_cache(1, 3)
+        self(cache, [0], torch.zeros(2, dtype=torch.long, device=self.device), logits_for="last")
+        self(cache, [0], torch.zeros(1, dtype=torch.long, device=self.device), logits_for="last")
+
     def truncated(self, num_layers: int) -> Transformer:
         """First ``num_layers`` layers + final norm + LM head, sharing weights (self-speculative draft)."""
         if not 1 <= num_layers <= self.arch.num_layers:

@@ -61,6 +61,7 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     target, tokenizer = load_model(cfg.model.path, dtype=dtype, device=device)
     if cfg.model.dtype == "int8":
         quantize_model(target)
+    target.warm_up()
     deps = DrafterDeps(target=target, num_slots=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
                        vocab_size=target.arch.vocab_size, device=device, dtype=dtype, tokenizer=tokenizer,
                        model_dtype=cfg.model.dtype)

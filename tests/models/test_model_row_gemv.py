@@ -81,3 +81,21 @@ def test_the_kernel_follows_weight_updates() -> None:
     with torch.inference_mode():
         assert torch.equal(layer(x), layer(x.expand(2, -1))[:1])
         torch.testing.assert_close(layer(x), 2 * before, rtol=1e-6, atol=1e-6)
+
+
+def test_warm_up_builds_every_packed_weight_and_row_kernel_and_leaves_no_trace() -> None:
+    from model_factories import tiny_hf, to_ours
+
+    model = to_ours(tiny_hf("llama", layers=2, seed=5)).requires_grad_(False)
+    attention = model.layers[0].self_attn
+    packed = [model.lm_head._packed, attention.o_proj._packed, attention.qkv._packed]  # alone, and grouped
+    assert all(p._value is None for p in packed)
+    model.warm_up()
+    assert all(p._value is not None and p._value._row is not fast_linear._UNBUILT for p in packed)
+    ids = torch.tensor([5, 7, 9])
+    cache = model.new_cache(1, 8)
+    with torch.inference_mode():
+        logits = model(cache, [0], ids).logits
+    fresh = to_ours(tiny_hf("llama", layers=2, seed=5)).requires_grad_(False)
+    with torch.inference_mode():
+        assert torch.equal(logits, fresh(fresh.new_cache(1, 8), [0], ids).logits)
