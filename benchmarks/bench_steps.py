@@ -20,14 +20,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede the OpenMP start-up in `import torch`
+import torch
 
-import torch  # noqa: E402
-
-from specdec_cli.drafters.eagle3 import load_eagle3  # noqa: E402
-from specdec_cli.drafters.feature_head import FeatureDrafter  # noqa: E402
-from specdec_cli.models import Transformer, load_model  # noqa: E402
-from specdec_cli.models.quantize import quantize_linears  # noqa: E402
+from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.feature_head import FeatureDrafter
+from specdec_cli.models import Transformer, load_model
+from specdec_cli.models.quantize import quantize_linears
 
 HEAD_DIR = Path(__file__).resolve().parents[1] / "specdec_cli/drafters/assets/smollm2_135m/eagle3"
 
