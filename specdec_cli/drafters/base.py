@@ -111,6 +111,10 @@ class Drafter(ABC):
     def remove_request(self, slot: int, token_ids: list[int]) -> None:
         """The request in ``slot`` finished; free per-slot state."""
 
+    def forget_finished(self) -> None:
+        """Drop what finished requests left behind for later ones (a global pool); the engine calls it after
+        its warm-up requests."""
+
 
 def drafting_params(params: BatchParams, policy: str) -> BatchParams:
     """The filters a model drafter draws with: the requests' own, or temperature 0 (one-hot q, argmax

@@ -44,6 +44,10 @@ class SuffixEnhancer(Drafter):
         self.model.remove_request(slot, token_ids)
         self.retrieval.remove_request(slot, token_ids)
 
+    def forget_finished(self) -> None:
+        self.model.forget_finished()
+        self.retrieval.forget_finished()
+
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         found = self.retrieval.propose(requests, k, params)
         lengths = [self._representable(found.tokens[row, :num]) for row, num in enumerate(found.num_drafts)]

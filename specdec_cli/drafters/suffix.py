@@ -97,6 +97,11 @@ class SuffixDrafter(Drafter):
             self.pool.extend(self._pool_separator)  # unique separators: no match spans requests
             self._pool_separator -= 1
 
+    def forget_finished(self) -> None:
+        if self.pool is not None:
+            self.pool = SuffixAutomaton()
+            self._pool_separator = -1
+
     def _draft_one(self, request: DraftRequest, k: int) -> list[int]:
         automaton = self.automata.setdefault(request.slot, SuffixAutomaton())
         for token in request.token_ids[len(automaton.tokens) :]:

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 DrafterBuilder = Callable[[MethodConfig, DrafterDeps], Optional[Drafter]]
 
 
+#: The throw-away prompt ``SpecEngine.warm_up`` runs before anything is timed (it repeats, so retrieval drafts too).
+WARM_UP_TEXT = "Warm-up: one two three four, one two three four, one two three four."
+
+
 @dataclass
 class Pipeline:
     """A loaded job: the engine serves ``requests`` (the whole workload, in input order)."""
@@ -69,7 +73,9 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template, rows=rows)
     check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
-    return Pipeline(target, tokenizer, drafter, build_engine(target, drafter, cfg, effective, decode), requests)
+    engine = build_engine(target, drafter, cfg, effective, decode)
+    engine.warm_up(tokenizer.encode(WARM_UP_TEXT))
+    return Pipeline(target, tokenizer, drafter, engine, requests)
 
 
 def build_engine(target: Transformer, drafter: Optional[Drafter], cfg: RunConfig, effective: EffectiveConfig,

@@ -107,6 +107,30 @@ def test_seeded_request_is_batch_invariant(target) -> None:
     assert batched[1] == alone
 
 
+@pytest.mark.parametrize("name", ["suffix_pool", "self_spec"])
+def test_warm_up_leaves_no_trace(target, name: str) -> None:
+    """After the throw-away requests: no statistics, every slot free in order, no global-pool memory, and the
+    same outputs (greedy and seeded T=1) as an engine that never warmed up."""
+    params = [GREEDY, SamplingParams(temperature=1.0, seed=5), GREEDY, SamplingParams(temperature=1.0, seed=6)]
+    cold = make_engine(target, METHODS[name], batch=3)
+    warm = make_engine(target, METHODS[name], batch=3)
+    warm.warm_up([1, 2, 3, 1, 2, 3, 1, 2, 3])
+    assert warm.stats.summary() == cold.stats.summary()
+    assert warm.stats.target_forwards == 0 and warm.acceptance.usage == {"torch": 0, "flashinfer": 0}
+    assert warm.free_slots == cold.free_slots and not warm.pending_hidden
+    if name == "suffix_pool":
+        assert len(warm.drafter.pool.tokens) == 0
+    assert generate(warm, PROMPTS, params, 20) == generate(cold, PROMPTS, params, 20)
+    assert (warm.stats.emitted_tokens, warm.stats.proposed_drafts) == (cold.stats.emitted_tokens, cold.stats.proposed_drafts)
+
+
+def test_warm_up_needs_an_idle_engine(target) -> None:
+    engine = make_engine(target, METHODS["self_spec"])
+    engine.add_request(Request(id="0", prompt_token_ids=[1, 2], params=GREEDY, max_new_tokens=4))
+    with pytest.raises(RuntimeError, match="idle"):
+        engine.warm_up([1, 2, 3])
+
+
 def test_draft_len_schedule_lookup() -> None:
     schedule = {4: 4, 8: 2, 32: 1}
     assert [draft_len_for(bs, 4, schedule) for bs in (1, 4, 5, 8, 9, 32, 33)] == [4, 4, 2, 2, 1, 1, 0]
