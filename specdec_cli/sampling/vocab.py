@@ -5,6 +5,7 @@ Apply the map exactly once, to the token ids and to draft_probs alike.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Optional
 
 import torch
@@ -35,9 +36,24 @@ def expand_draft_probs(draft_probs: torch.Tensor, d2t: Optional[torch.Tensor], v
         return draft_probs if draft_vocab == vocab_size else F.pad(draft_probs, (0, vocab_size - draft_vocab))
     if d2t.shape != (draft_vocab,):
         raise SamplingError(f"d2t must have shape [{draft_vocab}], got {tuple(d2t.shape)}")
-    target_ids = draft_to_target_ids(torch.arange(draft_vocab, device=draft_probs.device), d2t.long())
-    out_of_range = ((target_ids < 0) | (target_ids >= vocab_size)).any()
-    if bool(out_of_range) or torch.unique(target_ids).numel() != draft_vocab:
-        raise SamplingError(f"d2t must map the {draft_vocab} draft ids to distinct target ids in [0, {vocab_size})")
+    target_ids = _checked_target_ids(d2t, vocab_size).to(draft_probs.device)
     expanded = draft_probs.new_zeros(*draft_probs.shape[:-1], vocab_size)
     return expanded.index_copy_(-1, target_ids, draft_probs)
+
+
+_CHECKED: dict[int, tuple[weakref.ref, int, int, torch.Tensor]] = {}  # id(d2t) -> (d2t, version, V, target ids)
+
+
+def _checked_target_ids(d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """d2t's target ids [Vd], checked once per map (and again if it changes in place): the check is a host sync
+    and a sort, too dear for every drafting step."""
+    key = id(d2t)
+    known = _CHECKED.get(key)
+    if known is not None and known[0]() is d2t and known[1:3] == (d2t._version, vocab_size):
+        return known[3]
+    target_ids = draft_to_target_ids(torch.arange(d2t.numel(), device=d2t.device), d2t.long())
+    out_of_range = ((target_ids < 0) | (target_ids >= vocab_size)).any()
+    if bool(out_of_range) or torch.unique(target_ids).numel() != d2t.numel():
+        raise SamplingError(f"d2t must map the {d2t.numel()} draft ids to distinct target ids in [0, {vocab_size})")
+    _CHECKED[key] = (weakref.ref(d2t, lambda _: _CHECKED.pop(key, None)), d2t._version, vocab_size, target_ids)
+    return target_ids

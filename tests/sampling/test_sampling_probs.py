@@ -148,3 +148,15 @@ def test_expand_draft_probs_with_d2t_offsets():
 def test_expand_draft_probs_rejects_bad_maps(d2t):
     with pytest.raises(SamplingError, match="distinct"):
         expand_draft_probs(torch.rand(1, 1, 4), torch.tensor(d2t), 10)
+
+
+def test_expand_draft_probs_checks_a_map_once_and_again_after_an_in_place_change():
+    d2t = torch.tensor([0, 1, 3, 5])
+    draft = torch.rand(1, 2, 4)
+    first = expand_draft_probs(draft, d2t, 10)
+    assert torch.equal(expand_draft_probs(draft, d2t, 10), first)
+    with pytest.raises(SamplingError, match="distinct"):
+        expand_draft_probs(draft, d2t, 8)  # the same map against a smaller vocabulary: 3 + 5 is out of range
+    d2t[3] = -2  # draft id 3 -> target id 1, already draft id 1's
+    with pytest.raises(SamplingError, match="distinct"):
+        expand_draft_probs(draft, d2t, 10)
