@@ -157,6 +157,6 @@ def test_expand_draft_probs_checks_a_map_once_and_again_after_an_in_place_change
     assert torch.equal(expand_draft_probs(draft, d2t, 10), first)
     with pytest.raises(SamplingError, match="distinct"):
         expand_draft_probs(draft, d2t, 8)  # the same map against a smaller vocabulary: 3 + 5 is out of range
-    d2t[3] = -2  # draft id 3 -> target id 1, already draft id 1's
+    d2t[3] = -1  # draft id 3 -> target id 2, already draft id 1's
     with pytest.raises(SamplingError, match="distinct"):
         expand_draft_probs(draft, d2t, 10)
