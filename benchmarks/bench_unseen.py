@@ -4,7 +4,7 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--t
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
            [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
 
-Every engine first runs one short unmeasured request (warm-up). Each configuration is a list of ``specdec run``
+Every engine first runs ``SpecEngine.warm_up`` (unmeasured). Each configuration is a list of ``specdec run``
 overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the shipped default: the suffix
 enhancer resolves on). The target loads once; every
 configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
@@ -34,7 +34,6 @@ from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import load_model
-from specdec_cli.engine.drive import run_to_completion
 from specdec_cli.run.pipeline import build_engine as pipeline_engine
 
 DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eagle3",
@@ -49,7 +48,8 @@ def build_engine(target, tokenizer, overrides: list[str], batch: int = 1) -> Spe
                           f"engine.max_seq_len={MAX_SEQ_LEN}"])
     effective = resolve(cfg)
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
-                       device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer)
+                       device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer,
+                       head_dtype=effective.head_dtype)
     return pipeline_engine(target, build_drafter(cfg.method, deps), cfg, effective)
 
 
@@ -75,7 +75,8 @@ def main() -> None:
     # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens]; stats per (T, config)
     tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     stats: dict[tuple, SpecStats] = {}
-    warm_up(engines, encode_prompt(tokenizer, rows[0]["prompt"], chat=True), tokenizer.eos_token_id)
+    for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
+        engine.warm_up(encode_prompt(tokenizer, rows[0]["prompt"], chat=True))
     for temperature in args.temperatures:
         for index, row in enumerate(rows):
             ids = encode_prompt(tokenizer, row["prompt"], chat=True)
@@ -98,14 +99,6 @@ def main() -> None:
                     cell[3] += engine.stats.emitted_tokens - emitted
             print(f"T={temperature}: prompt {index + 1}/{len(rows)} done", flush=True)
     write(args, command, tally, stats, list(engines))
-
-
-def warm_up(engines: dict[str, SpecEngine], ids: list[int], eos: int) -> None:
-    """One short unmeasured request per engine (first-call allocations and kernel selection), then fresh stats."""
-    for engine in engines.values():
-        run_to_completion(engine, [Request(id="warm-up", prompt_token_ids=ids, max_new_tokens=8,
-                                           params=SamplingParams(0.0), eos_token_ids=(eos,))])
-        engine.stats = SpecStats()
 
 
 def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> None:
