@@ -1,5 +1,5 @@
 """Support-matrix rules: which features a run uses, which of them its method refuses, and the
-rejection-sampling and backend choices (the only place either is decided).
+rejection-sampling, backend and auto head-dtype choices (the only place each is decided).
 
 An explicit request the matrix refuses (``rejection=on``, ``rejection.backend=flashinfer``) is a violation;
 ``auto`` falls back and records why in ``Findings.reasons``.
@@ -7,6 +7,7 @@ An explicit request the matrix refuses (``rejection=on``, ``rejection.backend=fl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from specdec_cli.config.fields import not_one_of
 from specdec_cli.config.hardware import Hardware
@@ -31,6 +32,22 @@ def check_head_dtype(cfg: RunConfig) -> list[str]:
     if getattr(cfg.method, "head_dtype", None) == "int8" and cfg.model.device == "cuda":
         return ["method.head_dtype=int8 (weight-only int8) runs on CPU only; use model.device=cpu or another dtype"]
     return []
+
+
+#: Learned heads whose auto head dtype on CPU is weight-only int8 (measured: the same greedy acceptance on unseen
+#: prompt families and a draft step 40% cheaper; benchmarks/results_unseen.md). Others follow model.dtype.
+INT8_HEAD_BY_DEFAULT = ("eagle3",)
+
+
+def head_dtype_for(cfg: RunConfig, device: str) -> Optional[str]:
+    """``method.head_dtype`` resolved: an explicit value, or auto (None): int8 for an ``INT8_HEAD_BY_DEFAULT``
+    head on CPU with a float32 target; None (follow model.dtype) otherwise."""
+    explicit = getattr(cfg.method, "head_dtype", None)
+    if explicit is not None:
+        return explicit
+    if cfg.method.name in INT8_HEAD_BY_DEFAULT and device == "cpu" and cfg.model.dtype == "float32":
+        return "int8"
+    return None
 
 
 def features_in_use(cfg: RunConfig) -> dict[str, bool]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class EffectiveConfig:
     all_greedy: bool  # every request has temperature 0: the argmax fast path, never rejection
     reasons: list[str]  # human-readable, one per silent decision
     cuda_graphs: bool = False
-    suffix_enhancer: bool = False  # method.suffix_enhancer resolved (auto: on for chain model drafters)  # engine.cuda_graphs resolved: capture decode batches <= 16 (CUDA only)
+    suffix_enhancer: bool = False  # method.suffix_enhancer resolved (auto: on for chain model drafters)
+    head_dtype: Optional[str] = None  # method.head_dtype resolved (auto: int8 for EAGLE-3 on CPU); None: model.dtype
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``json.dumps`` turns the schedule's int keys into strings)."""

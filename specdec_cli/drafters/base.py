@@ -207,6 +207,7 @@ class DrafterDeps:
     dtype: torch.dtype
     tokenizer: Any = None  # the target's tokenizer (a draft model with its own must match it)
     model_dtype: str = "float32"  # model.dtype as configured: a learned head's head_dtype=None follows it
+    head_dtype: Optional[str] = None  # the resolved auto head dtype (EffectiveConfig.head_dtype); None: model_dtype
 
 
 DrafterFactory = Callable[["MethodConfig", DrafterDeps], Optional[Drafter]]

@@ -31,9 +31,10 @@ WEIGHTS_FILE = "model.safetensors"
 
 def load_head(load: Callable[..., nn.Module], path: str | Path, head_dtype: Optional[str], deps: "DrafterDeps",
               **options: Any) -> nn.Module:
-    """``load(path, deps.target, dtype=..., device=..., **options)`` in ``head_dtype`` (None: model.dtype);
-    int8 loads float32 weights and quantises every linear of the head (weight-only, per channel)."""
-    name = head_dtype or deps.model_dtype
+    """``load(path, deps.target, dtype=..., device=..., **options)`` in ``head_dtype`` (None: the resolved auto
+    choice ``deps.head_dtype``, else model.dtype); int8 loads float32 weights and quantises every linear of the
+    head (weight-only, per channel)."""
+    name = head_dtype or deps.head_dtype or deps.model_dtype
     head = load(path, deps.target, dtype=COMPUTE_DTYPES[name], device=deps.device, **options)
     return quantize_linears(head, deps.device, "method.head_dtype=int8") if name == "int8" else head
 

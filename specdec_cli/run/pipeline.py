@@ -68,7 +68,7 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     target.warm_up()
     deps = DrafterDeps(target=target, num_slots=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
                        vocab_size=target.arch.vocab_size, device=device, dtype=dtype, tokenizer=tokenizer,
-                       model_dtype=cfg.model.dtype)
+                       model_dtype=cfg.model.dtype, head_dtype=effective.head_dtype)
     drafter = _drafter_builder(cfg, rank_ctx)(cfg.method, deps)
     requests = build_requests(cfg.workload, cfg.sampler, tokenizer, chat=cfg.model.chat_template, rows=rows)
     check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)

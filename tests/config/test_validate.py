@@ -225,6 +225,20 @@ def test_effective_config_is_json_ready() -> None:
     record = effective("method=eagle3", "sampler=topk").to_dict()
     assert set(record) == {
         "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "reasons",
-        "cuda_graphs", "suffix_enhancer",
+        "cuda_graphs", "suffix_enhancer", "head_dtype",
     }
     json.dumps(record)
+
+
+@pytest.mark.parametrize("overrides, hw, head_dtype", [
+    (("method=eagle3",), CPU, "int8"),  # auto: int8 head on CPU with a float32 target, and said so
+    (("method=eagle3", "method.head_dtype=float32"), CPU, "float32"),  # explicit wins
+    (("method=eagle3", "model.dtype=bfloat16"), CPU, None),  # follows the target's dtype
+    (("method=mtp",), CPU, None),  # not measured for other heads: follows model.dtype
+    (("method=eagle3", "model.device=cuda"), GPU, None),  # int8 heads run on CPU only
+])
+def test_head_dtype_auto_resolution(overrides, hw, head_dtype) -> None:
+    resolved = effective(*overrides, hw=hw)
+    assert resolved.head_dtype == head_dtype
+    assert any(r.startswith("method.head_dtype=auto -> int8") for r in resolved.reasons) == (
+        head_dtype == "int8" and "method.head_dtype=float32" not in overrides)

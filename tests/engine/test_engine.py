@@ -121,7 +121,10 @@ def test_warm_up_leaves_no_trace(target, name: str) -> None:
     if name == "suffix_pool":
         assert len(warm.drafter.pool.tokens) == 0
     assert generate(warm, PROMPTS, params, 20) == generate(cold, PROMPTS, params, 20)
-    assert (warm.stats.emitted_tokens, warm.stats.proposed_drafts) == (cold.stats.emitted_tokens, cold.stats.proposed_drafts)
+    for stats in (warm.stats, cold.stats):
+        assert stats.target_forwards > 0
+    assert (warm.stats.emitted_tokens, warm.stats.proposed_drafts) == (
+        cold.stats.emitted_tokens, cold.stats.proposed_drafts)
 
 
 def test_warm_up_needs_an_idle_engine(target) -> None:

@@ -104,6 +104,17 @@ def test_int8_draft_heads_are_lossless_and_accepted(embedded, chat_prompts, chat
     assert stats["acceptance_length"] > MIN_ACCEPTANCE_LENGTH[method], stats
 
 
+def test_resolved_auto_head_dtype_reaches_the_head_and_an_explicit_one_wins(embedded) -> None:
+    """``EffectiveConfig.head_dtype`` (auto: int8 for EAGLE-3 on CPU) arrives through ``DrafterDeps.head_dtype``;
+    an explicit ``method.head_dtype`` overrides it."""
+    model = embedded[0]
+    deps = DrafterDeps(model, 1, 256, model.arch.vocab_size, torch.device("cpu"), torch.float32, head_dtype="int8")
+    auto = build_drafter(SHIPPED["eagle3"](suffix_enhancer=False), deps).head
+    explicit = build_drafter(SHIPPED["eagle3"](head_dtype="float32", suffix_enhancer=False), deps).head
+    assert any(isinstance(m, Int8Linear) for m in auto.modules())
+    assert not any(isinstance(m, Int8Linear) for m in explicit.modules())
+
+
 def test_specdec_run_end_to_end(tmp_path: Path) -> None:
     """`specdec run` on the embedded default writes results.json and outputs.jsonl as documented."""
     out = tmp_path / "run"
