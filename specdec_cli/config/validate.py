@@ -11,11 +11,11 @@ from specdec_cli.config.combinations import (
     Findings,
     check_features,
     check_head_dtype,
+    head_dtype_for,
     resolve_backend,
     resolve_cuda_graphs,
     resolve_rejection,
     suffix_enhancer_on,
-    head_dtype_for,
 )
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.fields import (
