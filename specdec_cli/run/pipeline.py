@@ -75,6 +75,8 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     engine = build_engine(target, drafter, cfg, effective, decode)
     engine.warm_up(tokenizer.encode(WARM_UP_TEXT))
+    if rank_ctx is not None:
+        rank_ctx.comm.counts.clear()  # results.json reports the run's collectives, not the warm-up's
     return Pipeline(target, tokenizer, drafter, engine, requests)
 
 
