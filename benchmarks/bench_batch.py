@@ -6,7 +6,8 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_batch.py [--batches 1 4 16] [
 ``--requests`` requests cycle through the unseen-family prompts (benchmarks/prompts/unseen.jsonl, chat template,
 seed = request index); every configuration runs all of them through one engine with continuous batching at each
 batch size. Throughput = output tokens / wall time of the whole set; speed-up = over ``none`` at the same batch
-size and temperature, from the same run. The target loads once (fp32, every core).
+size and temperature, from the same run. The target loads once (fp32, every core); every engine runs
+``SpecEngine.warm_up`` first.
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ def main() -> None:
     results = []  # {temperature, batch, config, tokens_per_s, acceptance_length}
     for batch in args.batches:
         engines = {name: build_engine(target, tokenizer, name.split(), batch) for name in args.configs}
+        for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
+            engine.warm_up(prompts[0])
         for temperature in args.temperatures:
             for name, engine in engines.items():
                 requests = [Request(id=str(i), prompt_token_ids=ids, max_new_tokens=args.max_new,
