@@ -7,7 +7,7 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_batch.py [--batches 1 4 16] [
 seed = request index); every configuration runs all of them through one engine with continuous batching at each
 batch size. Throughput = output tokens / wall time of the whole set; speed-up = over ``none`` at the same batch
 size and temperature, from the same run. The target loads once (fp32, every core); every engine runs
-``SpecEngine.warm_up`` first.
+the engine warm-up first.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from bench_unseen import build_engine, machine
-from specdec_cli.engine.drive import run_to_completion
+from specdec_cli.engine.drive import run_to_completion, warm_up
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import load_model
@@ -44,7 +44,7 @@ def main() -> None:
     for batch in args.batches:
         engines = {name: build_engine(target, tokenizer, name.split(), batch) for name in args.configs}
         for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
-            engine.warm_up(prompts[0])
+            warm_up(engine, prompts[0])
         for temperature in args.temperatures:
             for name, engine in engines.items():
                 requests = [Request(id=str(i), prompt_token_ids=ids, max_new_tokens=args.max_new,

@@ -4,7 +4,7 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--t
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
            [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
 
-Every engine first runs ``SpecEngine.warm_up`` (unmeasured). Each configuration is a list of ``specdec run``
+Every engine first runs the engine warm-up (unmeasured). Each configuration is a list of ``specdec run``
 overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the shipped default: the suffix
 enhancer resolves on). The target loads once; every
 configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
@@ -29,6 +29,7 @@ from specdec_cli.config.compose import compose_config
 from specdec_cli.config.validate import resolve
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import DrafterDeps
+from specdec_cli.engine.drive import warm_up
 from specdec_cli.engine.engine import SpecEngine
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.request import Request, SamplingParams
@@ -76,7 +77,7 @@ def main() -> None:
     tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     stats: dict[tuple, SpecStats] = {}
     for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
-        engine.warm_up(encode_prompt(tokenizer, rows[0]["prompt"], chat=True))
+        warm_up(engine, encode_prompt(tokenizer, rows[0]["prompt"], chat=True))
     for temperature in args.temperatures:
         for index, row in enumerate(rows):
             ids = encode_prompt(tokenizer, row["prompt"], chat=True)

@@ -20,7 +20,7 @@ from specdec_cli.engine.adaptive import AcceptanceTracker, SkipRule, draft_len_f
 from specdec_cli.engine.cuda_graphs import GraphedVerify
 from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.proposals import ProposalBuffer
-from specdec_cli.engine.request import Request, SamplingParams, stamp_outputs
+from specdec_cli.engine.request import Request, stamp_outputs
 from specdec_cli.engine.rules import AcceptanceOptions, acceptance_rule
 from specdec_cli.models import ForwardOutput, Transformer
 from specdec_cli.sampling import BatchParams, sample_tokens
@@ -69,9 +69,9 @@ class SpecEngine:
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []
         self.pending_hidden: dict[int, list[tuple[dict[int, torch.Tensor], Optional[torch.Tensor]]]] = {}
-        self._reset()
+        self.reset()
 
-    def _reset(self) -> None:
+    def reset(self) -> None:
         """Fresh bookkeeping for an idle engine: every slot free (lowest first), no statistics, no history."""
         self.free_slots = list(range(self.options.max_batch_size - 1, -1, -1))
         self.acceptance.usage.update({backend: 0 for backend in self.acceptance.usage})
@@ -79,25 +79,6 @@ class SpecEngine:
         self.stats.backend_usage = self.acceptance.usage
         skip = self.options.skip
         self.tracker = AcceptanceTracker(skip) if skip is not None and self.drafter is not None else None
-
-    def warm_up(self, prompt_ids: list[int]) -> None:
-        """Pay the one-time costs (packed weights, row kernels, JIT compiles of the drafter and the sampling
-        kernels) before anything is timed: one greedy and one seeded T=1 throwaway request from ``prompt_ids``
-        run a few full speculative steps each; then the engine starts afresh (statistics, slots, the
-        drafter's memory of finished requests). The engine must be idle."""
-        if self.has_work():
-            raise RuntimeError("warm_up needs an idle engine")
-        prompt_ids = list(prompt_ids)[: max(1, self.options.max_seq_len // 2)]
-        new_tokens = min(3 * (self.options.max_draft_len + 1) + 1, self.options.max_seq_len - len(prompt_ids))
-        if new_tokens < 1:
-            return
-        for params in (SamplingParams(), SamplingParams(temperature=1.0, seed=0)):
-            self.add_request(Request("warm-up", prompt_ids, params, max_new_tokens=new_tokens))
-            while self.has_work():
-                self.step()
-        if self.drafter is not None:
-            self.drafter.forget_finished()
-        self._reset()
 
     def add_request(self, request: Request) -> None:
         needed = len(request.prompt_token_ids) + request.max_new_tokens

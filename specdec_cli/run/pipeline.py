@@ -21,6 +21,7 @@ from specdec_cli.config.schema import MethodConfig, RunConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
 from specdec_cli.engine.adaptive import skip_rule
+from specdec_cli.engine.drive import warm_up
 from specdec_cli.engine.engine import EngineOptions, SpecEngine
 from specdec_cli.engine.request import Request
 from specdec_cli.engine.tree import TreeSpecEngine
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 DrafterBuilder = Callable[[MethodConfig, DrafterDeps], Optional[Drafter]]
 
 
-#: The throw-away prompt ``SpecEngine.warm_up`` runs before anything is timed (it repeats, so retrieval drafts too).
+#: The throw-away prompt the engine warm-up (``engine/drive.py warm_up``) runs before anything is timed (it repeats, so retrieval drafts too).
 WARM_UP_TEXT = "Warm-up: one two three four, one two three four, one two three four."
 
 
@@ -74,7 +75,7 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     check_requests(requests, max_seq_len=cfg.engine.max_seq_len, max_position_embeddings=target.arch.position_limit)
     decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
     engine = build_engine(target, drafter, cfg, effective, decode)
-    engine.warm_up(tokenizer.encode(WARM_UP_TEXT))
+    warm_up(engine, tokenizer.encode(WARM_UP_TEXT))
     if rank_ctx is not None:
         rank_ctx.comm.counts.clear()  # results.json reports the run's collectives, not the warm-up's
     return Pipeline(target, tokenizer, drafter, engine, requests)

@@ -22,6 +22,7 @@ from specdec_cli.engine.proposals import PLACEHOLDER_DRAFT_ID, ProposalBuffer
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.rules import AcceptanceOptions, acceptance_rule
 from specdec_cli.sampling import BatchParams
+from specdec_cli.engine.drive import warm_up
 from specdec_cli.run.drive import run_requests
 from specdec_cli.testing import exact_sequence_law, toy_model
 from specdec_cli.verify.stats import fit
@@ -114,7 +115,7 @@ def test_warm_up_leaves_no_trace(target, name: str) -> None:
     params = [GREEDY, SamplingParams(temperature=1.0, seed=5), GREEDY, SamplingParams(temperature=1.0, seed=6)]
     cold = make_engine(target, METHODS[name], batch=3)
     warm = make_engine(target, METHODS[name], batch=3)
-    warm.warm_up([1, 2, 3, 1, 2, 3, 1, 2, 3])
+    warm_up(warm, [1, 2, 3, 1, 2, 3, 1, 2, 3])
     assert warm.stats.summary() == cold.stats.summary()
     assert warm.stats.target_forwards == 0 and warm.acceptance.usage == {"torch": 0, "flashinfer": 0}
     assert warm.free_slots == cold.free_slots and not warm.pending_hidden
@@ -131,7 +132,7 @@ def test_warm_up_needs_an_idle_engine(target) -> None:
     engine = make_engine(target, METHODS["self_spec"])
     engine.add_request(Request(id="0", prompt_token_ids=[1, 2], params=GREEDY, max_new_tokens=4))
     with pytest.raises(RuntimeError, match="idle"):
-        engine.warm_up([1, 2, 3])
+        warm_up(engine, [1, 2, 3])
 
 
 def test_draft_len_schedule_lookup() -> None:
