@@ -54,6 +54,7 @@ class EngineSetup:
     backend: str
     draft_len_schedule: Optional[dict[int, int]]
     model_dtype: str = "float32"  # model.dtype as configured (learned heads follow it unless method.head_dtype)
+    head_dtype: Optional[str] = None  # the resolved auto head dtype (EffectiveConfig.head_dtype), as `specdec run`
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
     max_seq_len = len(case.token_ids) + max_new_tokens + k + 2
     deps = DrafterDeps(target=setup.target, num_slots=setup.batch_size, max_seq_len=max_seq_len,
                        vocab_size=setup.target.arch.vocab_size, device=setup.device, dtype=setup.dtype,
-                       model_dtype=setup.model_dtype)
+                       model_dtype=setup.model_dtype, head_dtype=setup.head_dtype)
     drafter = build_drafter(method, deps)
     options = EngineOptions(
         max_batch_size=setup.batch_size, max_seq_len=max_seq_len, prefill_chunk=0,

@@ -96,6 +96,7 @@ def load_target(cfg: RunConfig, effective: EffectiveConfig,
         rejection=effective.rejection, backend=effective.backend,
         draft_len_schedule=effective.draft_len_schedule or None,
         model_dtype="float32" if options.toy else cfg.model.dtype,
+        head_dtype=None if options.toy else effective.head_dtype,
     )
     return setup, cases, name
 
