@@ -12,14 +12,15 @@ Row invariance (``row_invariant``, default on): a token's output must not depend
 rows share the GEMM, or a K+1 token verify would not reproduce 1-token decodes and greedy
 speculative output could drift from greedy autoregressive output. Every CPU library measured
 (oneDNN, MKL) rounds a single row differently from several rows, while oneDNN agrees bit for
-bit across all M >= 2 (every SmolLM2 shape). 1 or 2 rows therefore go to ``row_gemv``, a
-kernel in oneDNN's own rounding order (probed bit for bit per shape; within ~3% of MKL's GEMV for
-one row, a little faster than oneDNN for two). Where the probe finds no match, a single row is
-padded to ``MIN_ROWS`` rows for oneDNN (~1.2x slower), or with ``row_invariant = False`` takes
-``F.linear`` (results then differ from multi-row ones by fp32 rounding only - fine for drafters,
-whose outputs are never compared across batch shapes).
+bit across all M >= 2 (every SmolLM2 shape). A few rows (1-2, or 1-10 with AVX-512) therefore go
+to ``row_gemv``, a kernel in oneDNN's own rounding order (probed bit for bit per shape; within ~3%
+of MKL's GEMV for one row, and with AVX-512 a K+1 token verify costs about what a decode does).
+Where the probe finds no match, a single row is padded to ``MIN_ROWS`` rows for oneDNN (~1.2x
+slower), or with ``row_invariant = False`` takes ``F.linear`` (results then differ from multi-row
+ones by fp32 rounding only - fine for drafters, whose outputs are never compared across batch
+shapes).
 
-Memory: the oneDNN copy and, once a 1-2 row call happens, the kernel's copy come on top of the
+Memory: the oneDNN copy and, once a few-row call happens, the kernel's copy come on top of the
 parameters (3x the fp32 weights for a model that decodes on CPU).
 
 Packed copies are rebuilt whenever a weight is replaced or changed in place (``Tensor._version``),
@@ -182,7 +183,7 @@ class _PackedWeights:
 
 
 class _Packed:
-    """oneDNN's reordered weight, and for 1-2 rows the ``row_gemv`` kernel where it applies (else oneDNN, padded)."""
+    """oneDNN's reordered weight, and for a few rows the ``row_gemv`` kernel where it applies (else oneDNN, padded)."""
 
     def __init__(self, linears: Sequence[Linear]) -> None:
         self._linears = linears

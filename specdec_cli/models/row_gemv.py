@@ -6,8 +6,10 @@ added at the end; on the CPU measured (Xeon, AVX-512), one chain over k < 512 an
 then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs of every
 row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
 spread over torch's thread count. A 1-token decode with it is within ~3% of one with MKL's GEMV and 1.2x
-faster than padding the row to 2 for oneDNN; a 2-row verify (one draft) is ~4% faster than with oneDNN
-(benchmarks/results_model.md). From 3 rows oneDNN is as fast or faster: each further row here costs compute.
+faster than padding the row to 2 for oneDNN (benchmarks/results_model.md). With AVX-512's 32 vector registers
+the accumulators of up to 10 rows stay in registers, and the weight stream - not the arithmetic - sets the
+time: 1 to 8 rows of SmolLM2-135M's GEMMs take the same ~19 ms, oneDNN 24-31 ms, so a K+1 = 5 token verify
+costs about what a decode does (benchmarks/results_steps.md). With AVX2's 16 the kernel takes 1 or 2 rows.
 
 Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against
 oneDNN's own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit
@@ -20,14 +22,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Optional
 
+import llvmlite.binding
 import numba
 import numpy as np
 import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-MAX_ROWS = 2
-"""Most rows one call takes: each further row costs compute here, and from 3 rows oneDNN is as fast."""
+MAX_ROWS = 10 if llvmlite.binding.get_host_cpu_features().get("avx512f") else 2
+"""Most rows one call takes: beyond, the accumulators spill from registers and oneDNN is as fast (measured:
+11-16 rows 40-90 ms vs oneDNN 38-43 ms for the model's GEMMs)."""
 BLOCK = 48
 """Outputs computed together: BLOCK/8 256-bit accumulators per chain, fed by one contiguous weight stream."""
 SPLIT_STEP = 64

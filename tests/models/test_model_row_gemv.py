@@ -27,15 +27,16 @@ def _linear(in_f: int, out_f: int, bias: bool = False) -> Linear:
 @pytest.mark.parametrize(("in_f", "out_f"), SHAPES)
 def test_few_rows_equal_many_row_rows_bit_for_bit(in_f: int, out_f: int) -> None:
     layer = _linear(in_f, out_f)
-    x = torch.randn(9, in_f) * torch.logspace(-3, 3, 9)[:, None]  # rows of very different scales
+    many = MAX_ROWS + 3
+    x = torch.randn(many, in_f) * torch.logspace(-3, 3, many)[:, None]  # rows of very different scales
     with torch.inference_mode():
-        rows = layer(x)  # 9 rows: oneDNN
+        rows = layer(x)  # more rows than the kernel takes: oneDNN
         assert layer._packed._value._row is fast_linear._UNBUILT, "a many-row call built the row kernel's copy"
         kernel = layer._packed._value.row_kernel()
         assert kernel is not None, "no chain split reproduced oneDNN on this CPU: decode pads single rows"
         for size in range(1, MAX_ROWS + 1):
-            pieces = torch.cat([layer(x[i : i + size]) for i in range(0, 9, size)])
-            assert torch.equal(pieces, rows), f"{size}-row calls round differently from 9-row calls"
+            pieces = torch.cat([layer(x[i : i + size]) for i in range(0, many, size)])
+            assert torch.equal(pieces, rows), f"{size}-row calls round differently from {many}-row calls"
 
 
 def test_a_group_with_biases_takes_the_kernel_and_stays_exact() -> None:
