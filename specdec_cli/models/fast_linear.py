@@ -12,7 +12,7 @@ Row invariance (``row_invariant``, default on): a token's output must not depend
 rows share the GEMM, or a K+1 token verify would not reproduce 1-token decodes and greedy
 speculative output could drift from greedy autoregressive output. Every CPU library measured
 (oneDNN, MKL) rounds a single row differently from several rows, while oneDNN agrees bit for
-bit across all M >= 2 (every SmolLM2 shape). A few rows (1-2, or 1-10 with AVX-512) therefore go
+bit across all M >= 2 (every SmolLM2 shape). A few rows (1-2, or 1-16 with AVX-512) therefore go
 to ``row_gemv``, a kernel in oneDNN's own rounding order (probed bit for bit per shape; within ~3%
 of MKL's GEMV for one row, and with AVX-512 a K+1 token verify costs about what a decode does).
 Where the probe finds no match, a single row is padded to ``MIN_ROWS`` rows for oneDNN (~1.2x

@@ -7,9 +7,11 @@ then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK]
 row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
 spread over torch's thread count. A 1-token decode with it is within ~3% of one with MKL's GEMV and 1.2x
 faster than padding the row to 2 for oneDNN (benchmarks/results_model.md). With AVX-512's 32 vector registers
-the accumulators of up to 10 rows stay in registers, and the weight stream - not the arithmetic - sets the
-time: 1 to 8 rows of SmolLM2-135M's GEMMs take the same ~19 ms, oneDNN 24-31 ms, so a K+1 = 5 token verify
-costs about what a decode does (benchmarks/results_steps.md). With AVX2's 16 the kernel takes 1 or 2 rows.
+the accumulators of up to 8 rows stay (mostly) in registers, and the weight stream - not the arithmetic - sets
+the time: 1 to 7 rows of SmolLM2-135M's GEMMs take about the same ~19 ms, oneDNN 24-31 ms, so a K+1 = 5 token
+verify costs about what a decode does (benchmarks/results_steps.md); 9 to 16 rows take two passes over each
+weight block, the second from L2 (13 rows 25 ms, oneDNN 47 ms: tree verification). With AVX2's 16 registers
+the kernel takes 1 or 2 rows.
 
 Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against
 oneDNN's own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit
@@ -29,9 +31,9 @@ import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-MAX_ROWS = 10 if llvmlite.binding.get_host_cpu_features().get("avx512f") else 2
-"""Most rows one call takes: beyond, the accumulators spill from registers and oneDNN is as fast (measured:
-11-16 rows 40-90 ms vs oneDNN 38-43 ms for the model's GEMMs)."""
+MAX_ROWS = 16 if llvmlite.binding.get_host_cpu_features().get("avx512f") else 2
+"""Most rows one call takes (AVX-512: 32 vector registers; AVX2's 16 hold the accumulators of 2 rows). From 16
+rows oneDNN's blocked GEMM is as fast (measured for the model's GEMMs: 16 rows 36 ms here vs oneDNN 43 ms)."""
 BLOCK = 48
 """Outputs computed together: BLOCK/8 256-bit accumulators per chain, fed by one contiguous weight stream."""
 SPLIT_STEP = 64
@@ -62,7 +64,9 @@ class RowGemv:
         threads = torch.get_num_threads()
         if threads != numba.get_num_threads():
             numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        _gemm(x.detach().contiguous().numpy(), self.packed, self.split, out.numpy(), _ROW_TAGS[rows])
+        groups = _ROW_TAGS[rows]
+        kernel = _gemm if len(groups) == 1 else _gemm_two_groups
+        kernel(x.detach().contiguous().numpy(), self.packed, self.split, out.numpy(), *groups)
         y = out if out.shape[1] == self.out_features else out[:, : self.out_features]
         return y if self.bias is None else y + torch.from_numpy(self.bias)
 
@@ -102,8 +106,21 @@ def _candidate_splits(in_features: int) -> list[int]:
     return [in_features] + list(range((in_features - 1) // SPLIT_STEP * SPLIT_STEP, 0, -SPLIT_STEP))
 
 
-_ROW_TAGS = {rows: (0,) * rows for rows in range(1, MAX_ROWS + 1)}
-"""The row count as a type (a tuple of that length), so numba compiles and caches one version per row count."""
+GROUP_ROWS = 8
+"""Rows whose accumulators one pass over a weight block holds (6 zmm each: 8 rows = 48, a few spill); more rows
+take a second pass over the block while it is still in L2, so the weights stream from memory once."""
+
+
+def _row_groups(rows: int) -> tuple[tuple[int, ...], ...]:
+    """``rows`` split into 1 or 2 near-equal groups of at most GROUP_ROWS, each as a type (a tuple of its length),
+    so numba compiles and caches one version per row count."""
+    if rows <= GROUP_ROWS:
+        return ((0,) * rows,)
+    first = (rows + 1) // 2
+    return (0,) * first, (0,) * (rows - first)
+
+
+_ROW_TAGS = {rows: _row_groups(rows) for rows in range(1, MAX_ROWS + 1)}
 
 
 @intrinsic
@@ -119,29 +136,43 @@ def _stack_tile(typingctx, row_tag):
     return types.CPointer(types.float32)(row_tag), codegen
 
 
-@numba.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})  # contract: x*w + acc is one FMA
-def _gemm(x, packed, split, out, row_tag):
-    """out[r, b*BLOCK + j] = sum_{k<split} x[r, k] w[k] + sum_{k>=split} x[r, k] w[k], each sum one in-order
-    FMA chain. ``row_tag`` (``_ROW_TAGS[x.shape[0]]``) compiles the row count in."""
+@numba.njit(inline="always", nogil=True, fastmath={"contract"})  # contract: x*w + acc is one FMA
+def _block(x, first_row, packed, b, split, out, row_tag):
+    """For rows first_row .. first_row + len(row_tag) - 1 and block b: out[r, b*BLOCK + j] = sum_{k<split} x[r, k]
+    w[k] + sum_{k>=split} x[r, k] w[k], each sum one in-order FMA chain."""
     rows = len(row_tag)
-    blocks, in_features, _ = packed.shape
-    for b in numba.prange(blocks):
-        head = numba.carray(_stack_tile(row_tag), (rows, BLOCK))
-        tail = numba.carray(_stack_tile(row_tag), (rows, BLOCK))
+    in_features = packed.shape[1]
+    head = numba.carray(_stack_tile(row_tag), (rows, BLOCK))
+    tail = numba.carray(_stack_tile(row_tag), (rows, BLOCK))
+    for r in range(rows):
+        for j in range(BLOCK):
+            head[r, j] = 0.0
+            tail[r, j] = 0.0
+    for k in range(split):
         for r in range(rows):
+            xk = x[first_row + r, k]
             for j in range(BLOCK):
-                head[r, j] = 0.0
-                tail[r, j] = 0.0
-        for k in range(split):
-            for r in range(rows):
-                xk = x[r, k]
-                for j in range(BLOCK):
-                    head[r, j] += xk * packed[b, k, j]
-        for k in range(split, in_features):
-            for r in range(rows):
-                xk = x[r, k]
-                for j in range(BLOCK):
-                    tail[r, j] += xk * packed[b, k, j]
+                head[r, j] += xk * packed[b, k, j]
+    for k in range(split, in_features):
         for r in range(rows):
+            xk = x[first_row + r, k]
             for j in range(BLOCK):
-                out[r, b * BLOCK + j] = head[r, j] + tail[r, j]
+                tail[r, j] += xk * packed[b, k, j]
+    for r in range(rows):
+        for j in range(BLOCK):
+            out[first_row + r, b * BLOCK + j] = head[r, j] + tail[r, j]
+
+
+@numba.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+def _gemm(x, packed, split, out, row_tag):
+    """x [M, K] @ the packed weight -> out [M, blocks * BLOCK], M = len(row_tag) <= GROUP_ROWS."""
+    for b in numba.prange(packed.shape[0]):
+        _block(x, 0, packed, b, split, out, row_tag)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+def _gemm_two_groups(x, packed, split, out, first_tag, second_tag):
+    """``_gemm`` for M = len(first_tag) + len(second_tag) rows: both groups per block, the second from cache."""
+    for b in numba.prange(packed.shape[0]):
+        _block(x, 0, packed, b, split, out, first_tag)
+        _block(x, len(first_tag), packed, b, split, out, second_tag)
