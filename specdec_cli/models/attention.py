@@ -10,9 +10,10 @@ GQA: query head h uses KV head h // (Hq / KV), as HF's ``repeat_kv``.
 CPU: batched GEMMs with the G query heads of a KV head stacked as rows (no K/V copies), made
 *row-invariant*: a query's output is bitwise the same whether it is decoded alone or verified
 among K+1 tokens, which keeps greedy speculative output equal to greedy autoregressive output.
-GEMM kernels round a block of 1 or 2 rows differently from larger blocks (measured), so
-blocks are padded to ``MIN_ATTN_ROWS`` rows; and P @ V reduces over keys in fixed
-``KEY_CHUNK`` pieces, because the GEMM splits long reductions depending on their length.
+GEMM kernels round a block of a few rows differently from larger blocks (1-2 rows on a Xeon,
+1-3 on an AMD EPYC), so blocks are padded to ``min_attn_rows()`` rows, probed once per process;
+and P @ V reduces over keys in fixed ``KEY_CHUNK`` pieces, because the GEMM splits long
+reductions depending on their length.
 CUDA: flashinfer's single-request kernel when importable (fp16/bf16, no custom mask), else
 torch SDPA with an explicit mask (never ``is_causal`` when the query and key lengths differ).
 """
@@ -24,8 +25,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-#: Fewer GEMM rows than this take a differently-rounded kernel path (measured: 1 and 2 rows).
-MIN_ATTN_ROWS = 3
+#: Most rows ``min_attn_rows`` pads to (beyond, the probe gives up and pads to this).
+MAX_ATTN_PAD_ROWS = 16
 #: Keys per P @ V piece; longer reductions are blocked by the GEMM depending on their length.
 KEY_CHUNK = 256
 #: Queries per score block on CPU (bounds the [KV, G*rows, L] score buffer for long prefills).
@@ -81,6 +82,26 @@ def attend_batch(
     return _attend_rows(q, k, v, scale=scale, bias=bias, mask=None)
 
 
+@functools.cache
+def min_attn_rows() -> int:
+    """The fewest rows from which a batched fp32 GEMM rounds each row as in any larger block (probed on random
+    scores and P @ V shapes of one KV head group: rows, head dim 64, 256 keys)."""
+    generator = torch.Generator().manual_seed(0)
+    keys = torch.randn(3, 256, 64, generator=generator)
+    queries = torch.randn(3, 4 * MAX_ATTN_PAD_ROWS, 64, generator=generator)
+    probs = torch.rand(3, 4 * MAX_ATTN_PAD_ROWS, 256, generator=generator)
+    scores, mixed = torch.bmm(queries, keys.transpose(1, 2)), torch.bmm(probs, keys)
+
+    def rounds_as_many(rows: int) -> bool:
+        return torch.equal(torch.bmm(queries[:, :rows], keys.transpose(1, 2)), scores[:, :rows]) and torch.equal(
+            torch.bmm(probs[:, :rows], keys), mixed[:, :rows])
+
+    rows = MAX_ATTN_PAD_ROWS
+    while rows > 1 and rounds_as_many(rows - 1):
+        rows -= 1
+    return rows
+
+
 def _attend_cpu(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal: bool, mask: torch.Tensor | None
 ) -> torch.Tensor:
@@ -102,7 +123,7 @@ def _attend_rows(
     b, n, num_heads, head_dim = q.shape
     num_kv, seq = k.shape[1], k.shape[2]
     groups = num_heads // num_kv
-    n_pad = max(n, -(-MIN_ATTN_ROWS // groups))  # padded query rows are zeros; their output is dropped
+    n_pad = max(n, -(-min_attn_rows() // groups))  # padded query rows are zeros; their output is dropped
     shape = (b, num_kv, n_pad, groups, head_dim)
     qg = q.new_zeros(shape) if n_pad > n else q.new_empty(shape)
     qg[:, :, :n] = q.view(b, n, num_kv, groups, head_dim).transpose(1, 2)

@@ -76,3 +76,17 @@ def test_a_decoder_layer_trains_with_its_own_cache() -> None:
     x = torch.randn(10, 64, requires_grad=True)
     layer(x, batch, *cache.layer(0)).square().sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in layer.parameters())
+
+
+@pytest.mark.parametrize("groups", [1, 2, 3])
+@pytest.mark.parametrize("n", [2, 5, 13])
+def test_a_verify_block_rounds_each_query_as_its_single_token_decode(groups: int, n: int) -> None:
+    """Row invariance: query i of an n-token block gives bitwise what it gives decoded alone over the same keys
+    (SmolLM2's 9 heads over 3 KV heads are groups=3: a decode is then 3 GEMM rows, padded per CPU)."""
+    seq = 300
+    q, k, v = _qkv(n, seq, heads=3 * groups, kv_heads=3, dim=64)
+    block = attend(q, k, v, scale=0.125, causal=True)
+    for i in range(n):
+        visible = seq - n + i + 1
+        alone = attend(q[i : i + 1], k[:, :visible], v[:, :visible], scale=0.125, causal=True)
+        assert torch.equal(block[i : i + 1], alone), f"query {i} of {n} rounds differently from its decode"
