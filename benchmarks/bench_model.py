@@ -198,7 +198,8 @@ def render(
             "- HF: transformers `LlamaForCausalLM` (sdpa) on the same weights with a `DynamicCache`.",
             "- `ours / ours decode` is the cost of verifying K+1 tokens in decode steps (target: <= 1.6 at K+1 = 5);",
             "  `ours / HF` below 1 means faster than HF. Ours runs with `row_invariant=True` (the default):",
-            "  single rows take the `row_gemv` kernel (oneDNN's rounding order), several rows oneDNN's GEMM.",
+            "  up to `row_gemv.MAX_ROWS` rows (16 with AVX-512, else 2) take the `row_gemv` kernel (oneDNN's rounding"
+            " order), more rows oneDNN's GEMM.",
             "",
             "## Batch 1",
             "",

@@ -22,6 +22,7 @@ from typing import Callable
 
 import torch
 
+from bench_model import machine
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.feature_head import FeatureDrafter
 from specdec_cli.models import Transformer, load_model
@@ -111,8 +112,7 @@ def report(medians: dict[tuple, float], dtypes: list[str], contexts: list[int], 
     lines = [
         "# Step costs at batch 1 (provisional: shared VM, one process, interleaved, medians)",
         "",
-        f"- Command: `{command}`; torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"load average {os.getloadavg()[0]:.1f} at the end",
+        f"- Command: `{command}`; {machine()}; load average {os.getloadavg()[0]:.1f} at the end",
         "",
         f"| target dtype | context | decode ms | {verify} ms | head step ms (float32 / int8 head) | "
         f"{verify} / decode | head / decode (float32 / int8 head) |",

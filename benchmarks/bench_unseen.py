@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from bench_model import machine as cpu_and_torch
 
 from specdec_cli.config.compose import compose_config
 from specdec_cli.config.validate import resolve
@@ -55,8 +55,7 @@ def build_engine(target, tokenizer, overrides: list[str], batch: int = 1) -> Spe
 
 
 def machine() -> str:
-    return (f"{platform.machine()}, {os.cpu_count()} vCPUs, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), fp32, batch 1")
+    return f"{cpu_and_torch()}, fp32, batch 1"
 
 
 def main() -> None:
