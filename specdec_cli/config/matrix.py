@@ -66,8 +66,9 @@ ADP_REPLICAS = (
     "no draft logits cross ranks"
 )
 CONFIDENCE_STOP = (
-    "a request's chain stops after its first draft whose own probability is below method.draft_confidence; "
-    "the drafts sent are verified as always (lossless)"
+    "a request's chain stops after its first draft whose own probability is below method.draft_confidence "
+    "(a tree: after the level where its spine, the chain's draft, does); the drafts sent are verified as always "
+    "(lossless)"
 )
 NO_OWN_PROBABILITY = "a retrieval drafter has no probability of its own drafts (one-hot q) to stop on"
 SUFFIX_OVERRIDE = (

@@ -64,8 +64,6 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     if head_dtype is not None and getattr(cfg.method, "head_dtype", None) is None:
         found.reasons.append(f"method.head_dtype=auto -> {head_dtype}: weight-only int8 head on CPU "
                              "(the same greedy acceptance, a 40% cheaper draft step)")
-    if cfg.method.tree_topk > 1 and cfg.method.draft_confidence > 0:
-        found.reasons.append("method.draft_confidence is not applied to a draft tree (the tree's node budget bounds it)")
     if cfg.method.suffix_enhancer is None and TABLE.get(cfg.method.name) and TABLE[cfg.method.name].family == "model":
         found.reasons.append(f"method.suffix_enhancer=auto -> {'on' if enhancer else 'off'}" + (
             ": a request's own suffix matches of >= method.suffix_min_match tokens replace the model's drafts"

@@ -11,6 +11,9 @@ from the last committed token (the root):
                 the tree, after the spine (the chain's own drafts: each level's top-1 child of the previous
                 spine node, always expanded and kept, so the tree never accepts less than the chain).
                 A child never scores above its parent, so the kept set contains every ancestor.
+  confidence:   ``method.draft_confidence`` > 0 stops growing after the level whose spine draft's own
+                probability is below it (the chain's stop, on the chain's drafts): fewer head steps and
+                verified nodes where the head is unsure.
 Scores use the head's raw softmax (temperature 1). Children chosen this way are deterministic, so the
 distribution each node was drawn from is one-hot at it (``DraftTree.draft_probs`` None): used for greedy rows
 (and ``draft_policy=argmax``); ``sampling.tree.tree_accept`` verifies such a tree exactly at any temperature.
@@ -23,7 +26,9 @@ is grown level by level and nothing is pruned after a draw:
   level d gets ``min(topk, budget left - levels after d)`` children (one node kept for each later level);
   the first child of the first-child chain (the "spine", the chain drafter's own drafts) always gets one;
   the other slots (node x, j-th child) go by cum(x) + log(j-th largest q(x)), which is known before drawing;
-  the nodes expanded at the next level are the spine node and the best others by cumulative log q.
+  the nodes expanded at the next level are the spine node and the best others by cumulative log q;
+  the confidence stop ends the tree after a level whose spine draft has q below ``draft_confidence``: whether
+  later levels exist then depends only on nodes drawn before them, as ``tree_accept`` requires.
 The tree contains the chain's drafts (the spine, drawn exactly as the chain draws them) and its siblings only
 add chances, so its acceptance is never below the chain's in distribution.
 """
@@ -101,6 +106,8 @@ class TreeFeatureDrafter(FeatureDrafter):
             if spine_rank not in ranks:  # the spine is always expanded
                 ranks[-1] = spine_rank
             spine.append(first_new + spine_rank)
+            if float(best[spine_pos, 0].exp()) < self.draft_confidence:  # the chain's confidence stop
+                break
             spine_pos = ranks.index(spine_rank)
             frontier_out = frontier_out[[order[rank] // best.shape[1] for rank in ranks]]
             frontier = [first_new + rank for rank in ranks]
@@ -144,7 +151,7 @@ class TreeFeatureDrafter(FeatureDrafter):
                 depths.append(level)
                 node_probs.append(sibling_probs[i, j])
             budget_left -= len(chosen)
-            if level == depth:
+            if level == depth or float(q[0, children[0, 0]]) < self.draft_confidence:  # the confidence stop
                 break
             width = min(self.topk, budget_left - (depth - level - 1), len(chosen))
             others = sorted(range(1, len(chosen)), key=lambda n: (-scores[first_new + n], n))

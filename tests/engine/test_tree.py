@@ -66,7 +66,7 @@ VOCAB = 16
 DRAFT_IDS = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])  # a reduced draft vocabulary (d2t)
 
 
-def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8):
+def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confidence: float = 0.0):
     from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
     from specdec_cli.engine.engine import EngineOptions
     from specdec_cli.engine.tree import TreeSpecEngine
@@ -75,6 +75,7 @@ def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8):
     head = new_eagle3(target, DRAFT_IDS, hidden_layers=(0, 1, 1), seed=1)
     drafter = TreeFeatureDrafter(head, target, num_slots=1, max_seq_len=96, policy="sample", topk=topk,
                                  max_depth=depth)
+    drafter.draft_confidence = confidence  # what build_drafter sets from method.draft_confidence
     options = EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5, max_draft_len=depth)
     return TreeSpecEngine(target, drafter, options, max_nodes=nodes)
 
@@ -102,27 +103,43 @@ def test_tree_drafts_respect_topk_depth_and_budget():
     assert all(token in DRAFT_IDS.tolist() for token in tree.tokens)  # d2t applied (target ids)
 
 
-def test_greedy_tree_equals_autoregressive_greedy():
+def test_the_confidence_stop_ends_a_tree_after_the_level_where_the_spine_is_unsure():
+    from specdec_cli.drafters.base import DraftRequest
+
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    depths = {}
+    for confidence in (0.0, 0.5, 0.99):  # the toy head's top draft has probability ~0.94 at every level
+        drafter = _tree_engine(target, topk=3, depth=3, nodes=8, confidence=confidence).drafter
+        drafter.add_request(0, PROMPT)
+        depths[confidence] = max(drafter.propose_tree(DraftRequest(slot=0, token_ids=PROMPT), 3, 8).depths)
+    assert depths == {0.0: 3, 0.5: 3, 0.99: 1}
+    # sampled: a tree stops after the level where its spine drew an unlikely token (q ~0.06), else grows on
+    sampled_depths = {max(_sampled_tree(3, 3, 8, seed, confidence=0.5).depths) for seed in range(12)}
+    assert {1, 3} <= sampled_depths, sampled_depths
+
+
+@pytest.mark.parametrize("confidence", [0.0, 0.95])
+def test_greedy_tree_equals_autoregressive_greedy(confidence):
     from specdec_cli.engine.engine import EngineOptions, SpecEngine
     from specdec_cli.engine.request import SamplingParams
 
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompts = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9, 9, 3]]
     greedy = SamplingParams(temperature=0.0)
-    engine = _tree_engine(target)
+    engine = _tree_engine(target, confidence=confidence)
     tree_out = _generate(engine, prompts, greedy, 24)
     plain = SpecEngine(target, None, EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5))
     assert tree_out == _generate(plain, prompts, greedy, 24)
     assert engine.stats.accepted_drafts > 0 and engine.stats.target_forwards < plain.stats.target_forwards
 
 
-def _sampled_tree(topk: int, depth: int, nodes: int, seed: int, **filters):
+def _sampled_tree(topk: int, depth: int, nodes: int, seed: int, confidence: float = 0.0, **filters):
     from specdec_cli.drafters.base import DraftRequest
     from specdec_cli.engine.request import Request, SamplingParams
     from specdec_cli.sampling import BatchParams
 
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
-    drafter = _tree_engine(target, topk=topk, depth=depth, nodes=nodes).drafter
+    drafter = _tree_engine(target, topk=topk, depth=depth, nodes=nodes, confidence=confidence).drafter
     drafter.add_request(0, PROMPT)
     request = Request(id="0", prompt_token_ids=PROMPT, max_new_tokens=8,
                       params=SamplingParams(temperature=1.0, seed=seed, **filters))
@@ -160,8 +177,9 @@ def test_sampled_tree_is_reproducible_per_seed_and_respects_top_k():
     assert int((filtered.draft_probs > 0).sum(dim=-1).max()) <= 2
 
 
-@pytest.mark.parametrize("topk, depth, nodes, top_k", [(4, 2, 8, 0), (3, 3, 5, 6)], ids=["wide", "budget_top_k"])
-def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k):
+@pytest.mark.parametrize("topk, depth, nodes, top_k, confidence", [(4, 2, 8, 0, 0.0), (3, 3, 5, 6, 0.0), (3, 3, 8, 0, 0.5)],
+                         ids=["wide", "budget_top_k", "confidence_stop"])
+def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confidence):
     from specdec_cli.engine.request import SamplingParams
     from specdec_cli.testing import exact_sequence_law
     from specdec_cli.verify.stats import check_three_token_law
@@ -169,7 +187,7 @@ def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k):
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompt, num = [3, 1, 4, 1, 5], 1500
     law = exact_sequence_law(target, prompt, 3, temperature=1.0, top_k=top_k)
-    engine = _tree_engine(target, topk=topk, depth=depth, nodes=nodes)
+    engine = _tree_engine(target, topk=topk, depth=depth, nodes=nodes, confidence=confidence)
     samples = torch.tensor(_generate(engine, [prompt] * num,
                                      [SamplingParams(temperature=1.0, top_k=top_k, seed=i) for i in range(num)], 3))
     assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
