@@ -49,7 +49,8 @@ def test_optuna_maximises_the_objective_a_job_returns(specdec, tmp_path: Path) -
 
 @pytest.mark.parametrize(("tune", "params"), [
     ("eagle3", {"method.num_draft_tokens", "method.draft_confidence"}),
-    ("eagle3_tree", {"method.num_draft_tokens", "method.tree_topk", "method.max_total_draft_tokens"}),
+    ("eagle3_tree", {"method.num_draft_tokens", "method.tree_topk", "method.max_total_draft_tokens",
+                     "method.draft_confidence"}),
 ])
 def test_tuning_recipes_set_up_an_optuna_study_of_valid_jobs(specdec, tmp_path: Path, tune: str,
                                                              params: set[str]) -> None:
