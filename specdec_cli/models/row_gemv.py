@@ -1,7 +1,7 @@
 """A fp32 GEMM for 1 to ``MAX_ROWS`` rows that rounds exactly like oneDNN's multi-row GEMM, faster for so few rows.
 
 oneDNN's fp32 GEMM (M >= 2, prepacked weights) computes each output as in-order FMA chains over K that are
-added at the end; on the CPU measured (Xeon, AVX-512), one chain over k < 512 and one over k >= 512 for K = 576
+added at the end; on the CPUs measured (a Xeon and an AMD EPYC, both AVX-512), one chain over k < 512 and one over k >= 512 for K = 576
 (1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA chains split at ``split``,
 then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs of every
 row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
@@ -32,10 +32,11 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 MAX_ROWS = 16 if llvmlite.binding.get_host_cpu_features().get("avx512f") else 2
-"""Most rows one call takes (AVX-512: 32 vector registers; AVX2's 16 hold the accumulators of 2 rows). From 16
-rows oneDNN's blocked GEMM is as fast (measured for the model's GEMMs: 16 rows 36 ms here vs oneDNN 43 ms)."""
+"""Most rows one call takes (AVX-512: 32 vector registers; AVX2's 16 hold the accumulators of 2 rows). At 16 rows
+the kernel is still ahead (the model's GEMMs: 36 ms vs oneDNN's 43 ms); beyond, oneDNN's blocked GEMM catches up."""
 BLOCK = 48
-"""Outputs computed together: BLOCK/8 256-bit accumulators per chain, fed by one contiguous weight stream."""
+"""Outputs computed together: BLOCK/8 256-bit (BLOCK/16 512-bit) accumulators per row and chain, fed by one
+contiguous weight stream."""
 SPLIT_STEP = 64
 """Candidate chain splits are the multiples of this below K (and K itself: one chain)."""
 
