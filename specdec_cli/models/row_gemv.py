@@ -1,8 +1,8 @@
 """A fp32 GEMM for 1 to ``MAX_ROWS`` rows that rounds exactly like oneDNN's multi-row GEMM, faster for so few rows.
 
 oneDNN's fp32 GEMM (M >= 2, prepacked weights) computes each output as in-order FMA chains over K that are
-added at the end; on the CPUs measured (a Xeon and an AMD EPYC, both AVX-512), one chain over k < 512 and one over k >= 512 for K = 576
-(1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA chains split at ``split``,
+added at the end; on the CPUs measured (a Xeon and an AMD EPYC, both AVX-512), one chain over k < 512 and one
+over k >= 512 for K = 576 (1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA chains split at ``split``,
 then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs of every
 row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
 spread over torch's thread count. A 1-token decode with it is within ~3% of one with MKL's GEMV and 1.2x
