@@ -31,7 +31,16 @@ import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-MAX_ROWS = 16 if llvmlite.binding.get_host_cpu_features().get("avx512f") else 2
+
+def _has_avx512() -> bool:
+    """Whether LLVM (numba's code generator) reports AVX-512F on this host."""
+    try:
+        return bool(llvmlite.binding.get_host_cpu_features().get("avx512f"))
+    except RuntimeError:  # a host whose features LLVM cannot read
+        return False
+
+
+MAX_ROWS = 16 if _has_avx512() else 2
 """Most rows one call takes (AVX-512: 32 vector registers; AVX2's 16 hold the accumulators of 2 rows). At 16 rows
 the kernel is still ahead (the model's GEMMs: 36 ms vs oneDNN's 43 ms); beyond, oneDNN's blocked GEMM catches up."""
 BLOCK = 48
