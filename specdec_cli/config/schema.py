@@ -37,7 +37,7 @@ class MethodConfig:
     draft_confidence: float = 0.0
     # Suffix enhancer (model drafters): where the request's own prompt + output has a suffix match of
     # >= suffix_min_match tokens, its drafts are the retrieval continuation (one-hot q) instead.
-    # None (auto): on for model drafters drafting a chain, off elsewhere (the reason is recorded).
+    # None (auto): on for model drafters (a tree's match is proposed as a chain), off elsewhere (reason recorded).
     suffix_enhancer: Optional[bool] = None
     suffix_min_match: int = 4
     # Adaptive skip: a request whose running acceptance (EMA of accepted drafts per drafted step)

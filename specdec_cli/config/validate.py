@@ -65,9 +65,8 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         found.reasons.append(f"method.head_dtype=auto -> {head_dtype}: weight-only int8 head on CPU "
                              "(the same greedy acceptance, a 40% cheaper draft step)")
     if cfg.method.suffix_enhancer is None and TABLE.get(cfg.method.name) and TABLE[cfg.method.name].family == "model":
-        found.reasons.append(f"method.suffix_enhancer=auto -> {'on' if enhancer else 'off'}" + (
-            ": a request's own suffix matches of >= method.suffix_min_match tokens replace the model's drafts"
-            if enhancer else ": the tree engine does not apply it"))
+        found.reasons.append("method.suffix_enhancer=auto -> on: a request's own suffix matches of >= "
+                             "method.suffix_min_match tokens replace the model's drafts (a tree's: by a chain)")
     all_greedy = all(s.temperature == 0 for s in samplers) and (
         cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
     )

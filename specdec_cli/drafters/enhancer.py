@@ -11,6 +11,10 @@ the draft vocabulary) and is never continued with model drafts, which were condi
 earlier tokens, not on the retrieval ones. So every sent token's q is exactly the distribution it was drawn
 from and rejection sampling stays exact at T > 0. The model still runs on overridden requests (one draft,
 discarded) so that a drafter fed by target features stays caught up.
+
+Trees (``propose_tree``, EAGLE-3 with ``method.tree_topk > 1``): an overridden request's tree is the retrieval
+continuation as a chain of nodes (one-hot q: ``DraftTree.draft_probs`` None), else the model's tree. Whether a
+request is overridden depends only on its committed tokens, never on a draw, so tree rejection stays exact.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import torch
 
 from specdec_cli.config.schema import SuffixMethodConfig
 from specdec_cli.drafters.base import Drafter, DraftRequest, Proposal
+from specdec_cli.drafters.eagle3_tree import DraftTree
 from specdec_cli.drafters.suffix import SuffixDrafter
 from specdec_cli.sampling.params import BatchParams
 
@@ -70,6 +75,20 @@ class SuffixEnhancer(Drafter):
                 probs[row, torch.arange(num, device=device), self.draft_id[found.tokens[row, :num]].to(device)] = 1.0
         self.overridden += sum(1 for num in lengths if num)
         return Proposal(tokens=tokens, draft_probs=probs, num_drafts=num_drafts)
+
+    def propose_tree(self, request: DraftRequest, depth: int, max_nodes: int,
+                     params: Optional[BatchParams] = None) -> DraftTree:
+        """The retrieval continuation as a chain-shaped tree where the request's suffix matches (the model's tree
+        drafter still catches up, its one-node tree discarded), else the model's tree (``propose_tree``'s
+        contract)."""
+        length = min(depth, max_nodes)
+        found = self.retrieval.propose([request], length, params)
+        num = self._representable(found.tokens[0, : found.num_drafts[0]])
+        tree = self.model.propose_tree(request, 1 if num else depth, 1 if num else max_nodes, params)
+        if not num:
+            return tree
+        self.overridden += 1
+        return DraftTree(found.tokens[0, :num].tolist(), list(range(-1, num - 1)), list(range(1, num + 1)))
 
     def _representable(self, tokens: torch.Tensor) -> int:
         """How many leading ``tokens`` (target ids) have a draft-vocabulary id."""

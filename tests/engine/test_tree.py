@@ -66,7 +66,8 @@ VOCAB = 16
 DRAFT_IDS = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])  # a reduced draft vocabulary (d2t)
 
 
-def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confidence: float = 0.0):
+def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confidence: float = 0.0,
+                 enhancer_min_match: int = 0):
     from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
     from specdec_cli.engine.engine import EngineOptions
     from specdec_cli.engine.tree import TreeSpecEngine
@@ -76,6 +77,10 @@ def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confi
     drafter = TreeFeatureDrafter(head, target, num_slots=1, max_seq_len=96, policy="sample", topk=topk,
                                  max_depth=depth)
     drafter.draft_confidence = confidence  # what build_drafter sets from method.draft_confidence
+    if enhancer_min_match:  # method.suffix_enhancer (on by default): suffix matches proposed as chain-shaped trees
+        from specdec_cli.drafters.enhancer import SuffixEnhancer
+
+        drafter = SuffixEnhancer(drafter, min_match=enhancer_min_match, vocab_size=VOCAB)
     options = EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5, max_draft_len=depth)
     return TreeSpecEngine(target, drafter, options, max_nodes=nodes)
 
@@ -118,19 +123,20 @@ def test_the_confidence_stop_ends_a_tree_after_the_level_where_the_spine_is_unsu
     assert {1, 3} <= sampled_depths, sampled_depths
 
 
-@pytest.mark.parametrize("confidence", [0.0, 0.95])
-def test_greedy_tree_equals_autoregressive_greedy(confidence):
+@pytest.mark.parametrize(("confidence", "enhancer"), [(0.0, 0), (0.95, 0), (0.3, 2)])
+def test_greedy_tree_equals_autoregressive_greedy(confidence, enhancer):
     from specdec_cli.engine.engine import EngineOptions, SpecEngine
     from specdec_cli.engine.request import SamplingParams
 
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompts = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9, 9, 3]]
     greedy = SamplingParams(temperature=0.0)
-    engine = _tree_engine(target, confidence=confidence)
+    engine = _tree_engine(target, confidence=confidence, enhancer_min_match=enhancer)
     tree_out = _generate(engine, prompts, greedy, 24)
     plain = SpecEngine(target, None, EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5))
     assert tree_out == _generate(plain, prompts, greedy, 24)
     assert engine.stats.accepted_drafts > 0 and engine.stats.target_forwards < plain.stats.target_forwards
+    assert not enhancer or engine.drafter.overridden > 0
 
 
 def _sampled_tree(topk: int, depth: int, nodes: int, seed: int, confidence: float = 0.0, **filters):
@@ -177,9 +183,10 @@ def test_sampled_tree_is_reproducible_per_seed_and_respects_top_k():
     assert int((filtered.draft_probs > 0).sum(dim=-1).max()) <= 2
 
 
-@pytest.mark.parametrize("topk, depth, nodes, top_k, confidence", [(4, 2, 8, 0, 0.0), (3, 3, 5, 6, 0.0), (3, 3, 8, 0, 0.5)],
-                         ids=["wide", "budget_top_k", "confidence_stop"])
-def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confidence):
+@pytest.mark.parametrize("topk, depth, nodes, top_k, confidence, enhancer",
+                         [(4, 2, 8, 0, 0.0, 0), (3, 3, 5, 6, 0.0, 0), (3, 3, 8, 0, 0.5, 0), (3, 3, 8, 0, 0.3, 1)],
+                         ids=["wide", "budget_top_k", "confidence_stop", "suffix_enhancer"])
+def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confidence, enhancer):
     from specdec_cli.engine.request import SamplingParams
     from specdec_cli.testing import exact_sequence_law
     from specdec_cli.verify.stats import check_three_token_law
@@ -187,8 +194,10 @@ def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confiden
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompt, num = [3, 1, 4, 1, 5], 1500
     law = exact_sequence_law(target, prompt, 3, temperature=1.0, top_k=top_k)
-    engine = _tree_engine(target, topk=topk, depth=depth, nodes=nodes, confidence=confidence)
+    engine = _tree_engine(target, topk=topk, depth=depth, nodes=nodes, confidence=confidence,
+                          enhancer_min_match=enhancer)
     samples = torch.tensor(_generate(engine, [prompt] * num,
                                      [SamplingParams(temperature=1.0, top_k=top_k, seed=i) for i in range(num)], 3))
     assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
+    assert not enhancer or engine.drafter.overridden > 0  # retrieval chains were verified too
     check_three_token_law(samples, law)
