@@ -31,7 +31,6 @@ from specdec_cli.config.fields import (
     request_samplers,
 )
 from specdec_cli.config.hardware import Hardware, probe_hardware
-from specdec_cli.config.methods import TABLE
 from specdec_cli.config.schema import RunConfig
 from specdec_cli.errors import ConfigError
 
@@ -64,7 +63,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     if head_dtype is not None and getattr(cfg.method, "head_dtype", None) is None:
         found.reasons.append(f"method.head_dtype=auto -> {head_dtype}: weight-only int8 head on CPU "
                              "(the same greedy acceptance, a 40% cheaper draft step)")
-    if cfg.method.suffix_enhancer is None and TABLE.get(cfg.method.name) and TABLE[cfg.method.name].family == "model":
+    if cfg.method.suffix_enhancer is None and enhancer:  # auto resolved on (a model drafter)
         found.reasons.append("method.suffix_enhancer=auto -> on: a request's own suffix matches of >= "
                              "method.suffix_min_match tokens replace the model's drafts (a tree's: by a chain)")
     all_greedy = all(s.temperature == 0 for s in samplers) and (

@@ -2,16 +2,16 @@
 
 oneDNN's fp32 GEMM (M >= 2, prepacked weights) computes each output as in-order FMA chains over K that are
 added at the end; on the CPUs measured (a Xeon and an AMD EPYC, both AVX-512), one chain over k < 512 and one
-over k >= 512 for K = 576 (1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA chains split at ``split``,
-then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so BLOCK outputs of every
-row advance together over one contiguous weight stream, their accumulators held in registers; the blocks are
-spread over torch's thread count. A 1-token decode with it is within ~3% of one with MKL's GEMV and 1.2x
-faster than padding the row to 2 for oneDNN (benchmarks/results_model.md). With AVX-512's 32 vector registers
-the accumulators of up to 8 rows stay (mostly) in registers, and the weight stream - not the arithmetic - sets
-the time: 1 to 7 rows of SmolLM2-135M's GEMMs take about the same ~19 ms, oneDNN 24-31 ms, so a K+1 = 5 token
-verify costs about what a decode does (benchmarks/results_steps.md); 9 to 16 rows take two passes over each
-weight block, the second from L2 (13 rows 25 ms, oneDNN 47 ms: tree verification). With AVX2's 16 registers
-the kernel takes 1 or 2 rows.
+over k >= 512 for K = 576 (1024 for K = 1536). ``RowGemv`` computes each row the same way - two in-order FMA
+chains split at ``split``, then their sum - from a copy of the weight packed as [ceil(N / BLOCK), K, BLOCK], so
+BLOCK outputs of every row advance together over one contiguous weight stream, their accumulators held in
+registers; the blocks are spread over torch's thread count. A 1-token decode with it is within ~3% of one
+with MKL's GEMV and 1.2x faster than padding the row to 2 for oneDNN (benchmarks/results_model.md). With
+AVX-512's 32 vector registers the accumulators of up to 8 rows stay (mostly) in registers, and the weight
+stream - not the arithmetic - sets the time: 1 to 7 rows of SmolLM2-135M's GEMMs take about the same ~19 ms,
+oneDNN 24-31 ms, so a K+1 = 5 token verify costs about what a decode does (benchmarks/results_steps.md); 9 to
+16 rows take two passes over each weight block, the second from L2 (13 rows 25 ms, oneDNN 47 ms: tree
+verification). With AVX2's 16 registers the kernel takes 1 or 2 rows.
 
 Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against
 oneDNN's own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit
