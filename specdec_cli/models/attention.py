@@ -12,8 +12,8 @@ CPU: batched GEMMs with the G query heads of a KV head stacked as rows (no K/V c
 among K+1 tokens, which keeps greedy speculative output equal to greedy autoregressive output.
 GEMM kernels round a block of a few rows differently from larger blocks (1-2 rows on a Xeon,
 1-3 on an AMD EPYC), so blocks are padded to ``min_attn_rows()`` rows, probed once per process;
-and P @ V reduces over keys in fixed ``KEY_CHUNK`` pieces, because the GEMM splits long
-reductions depending on their length.
+P @ V reduces over keys in fixed ``KEY_CHUNK`` pieces, because the GEMM splits long
+reductions depending on their length; and fewer than ``MIN_KEYS`` keys are padded to that many.
 CUDA: flashinfer's single-request kernel when importable (fp16/bf16, no custom mask), else
 torch SDPA with an explicit mask (never ``is_causal`` when the query and key lengths differ).
 """
@@ -29,6 +29,10 @@ import torch.nn.functional as F
 MAX_ATTN_PAD_ROWS = 16
 #: Keys per P @ V piece; longer reductions are blocked by the GEMM depending on their length.
 KEY_CHUNK = 256
+#: Keys a short context is padded to (zeros, score -inf): over fewer keys the score GEMM and softmax take other
+#: code paths, so a short context's decode would not round like its verify (measured: the scores up to 11 keys,
+#: softmax up to 15).
+MIN_KEYS = 32
 #: Queries per score block on CPU (bounds the [KV, G*rows, L] score buffer for long prefills).
 QUERY_CHUNK = 256
 
@@ -127,17 +131,22 @@ def _attend_rows(
     shape = (b, num_kv, n_pad, groups, head_dim)
     qg = q.new_zeros(shape) if n_pad > n else q.new_empty(shape)
     qg[:, :, :n] = q.view(b, n, num_kv, groups, head_dim).transpose(1, 2)
-    keys = k.reshape(b * num_kv, seq, head_dim)  # a view for one slot or adjacent slots
-    values = v.reshape(b * num_kv, seq, head_dim)
+    keys_pad = max(seq, MIN_KEYS)  # padded keys are zeros, their scores -inf
+    if keys_pad > seq:
+        k, v = F.pad(k, (0, 0, 0, keys_pad - seq)), F.pad(v, (0, 0, 0, keys_pad - seq))
+    keys = k.reshape(b * num_kv, keys_pad, head_dim)  # a view for one slot or adjacent slots
+    values = v.reshape(b * num_kv, keys_pad, head_dim)
     scores = torch.bmm(qg.view(b * num_kv, n_pad * groups, head_dim), keys.transpose(1, 2)).mul_(scale)
-    rows = scores.view(b, num_kv, n_pad, groups, seq)[:, :, :n]
+    rows = scores.view(b, num_kv, n_pad, groups, keys_pad)[:, :, :n, :, :seq]
     if bias is not None:
         rows[..., seq - bias.shape[-1] :].add_(bias[:, None, :, None, :])
     if mask is not None:
         rows.masked_fill_(~mask[:, None, :], float("-inf"))
+    if keys_pad > seq:
+        scores.view(b, num_kv, n_pad, groups, keys_pad)[..., seq:] = float("-inf")
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
     out = torch.bmm(probs[:, :, :KEY_CHUNK], values[:, :KEY_CHUNK])
-    for start in range(KEY_CHUNK, seq, KEY_CHUNK):
+    for start in range(KEY_CHUNK, keys_pad, KEY_CHUNK):
         out.baddbmm_(probs[:, :, start : start + KEY_CHUNK], values[:, start : start + KEY_CHUNK])
     return out.view(shape)[:, :, :n].transpose(1, 2).reshape(b, n, num_heads, head_dim)
 

@@ -80,13 +80,15 @@ def test_a_decoder_layer_trains_with_its_own_cache() -> None:
 
 @pytest.mark.parametrize("groups", [1, 2, 3])
 @pytest.mark.parametrize("n", [2, 5, 13])
-def test_a_verify_block_rounds_each_query_as_its_single_token_decode(groups: int, n: int) -> None:
+@pytest.mark.parametrize("seq, dim", [(300, 64), (14, 64), (8, 16)])
+def test_a_verify_block_rounds_each_query_as_its_single_token_decode(groups: int, n: int, seq: int, dim: int) -> None:
     """Row invariance: query i of an n-token block gives bitwise what it gives decoded alone over the same keys
-    (SmolLM2's 9 heads over 3 KV heads are groups=3: a decode is then 3 GEMM rows, padded per CPU)."""
-    seq = 300
-    q, k, v = _qkv(n, seq, heads=3 * groups, kv_heads=3, dim=64)
-    block = attend(q, k, v, scale=0.125, causal=True)
+    (SmolLM2's 9 heads over 3 KV heads are groups=3: a decode is then 3 GEMM rows, padded per CPU); short
+    contexts too, where the GEMM and softmax would round differently below MIN_KEYS keys."""
+    seq = max(seq, n)
+    q, k, v = _qkv(n, seq, heads=3 * groups, kv_heads=3, dim=dim)
+    block = attend(q, k, v, scale=dim**-0.5, causal=True)
     for i in range(n):
         visible = seq - n + i + 1
-        alone = attend(q[i : i + 1], k[:, :visible], v[:, :visible], scale=0.125, causal=True)
+        alone = attend(q[i : i + 1], k[:, :visible], v[:, :visible], scale=dim**-0.5, causal=True)
         assert torch.equal(block[i : i + 1], alone), f"query {i} of {n} rounds differently from its decode"
