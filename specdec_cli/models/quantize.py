@@ -1,21 +1,22 @@
-"""Weight-only int8 for the CPU target (``model.dtype=int8``): per-output-channel scales, quantised once at load.
+"""Weight-only int8 for CPU models (``model.dtype=int8``, ``method.head_dtype=int8``): per-output-channel scales,
+quantised once at load.
 
 Decode on CPU is memory-bound, so reading a weight as 1 byte instead of 4 is what makes it faster. The matmul
-is ``torch._weight_int8pack_mm`` (ATen's weight-only int8 GEMM: int8 weights, one scale per output channel,
-fp32 accumulation, vectorised for bf16 activations; its fp32-activation path is scalar and ~4x slower than
-fp32 oneDNN, measured). So activations enter each linear rounded to bf16 and its output leaves as bf16; the
-residual stream, norms, attention and softmax stay float32.
+is ``row_gemv``'s kernel fed int8 weights: each int8 weight is converted to float32 (exactly) inside the
+kernel and multiplied into float32 activations in one in-order FMA chain per output, then the output is scaled
+per channel. Calls of more than ``row_gemv.MAX_ROWS`` rows (a prefill) go through it in chunks of that many rows.
+The residual stream, norms, attention and softmax stay float32. Against ATen's ``_weight_int8pack_mm`` (which
+needs bf16 activations to be fast) it takes half the time at every row count measured (1 to 32 rows, SmolLM2-135M's
+linears: 5.1 vs 9.8 ms for 1 row, 9.2 vs 19.8 ms for 5; benchmarks/results_steps.md).
 
 Exactness: the int8 model is a different model from the fp32 one, but it is deterministic and row-invariant
-(each row is computed alone with the same reduction order, and the bf16 rounding is per element), so greedy
-speculative output with an int8 target equals greedy autoregressive output with the same int8 target.
-
-Scales are rounded to bf16 *before* quantising (the kernel reads them as bf16), so the stored scale is the
-one the weights were divided by. The embedding stays float32 (a lookup reads one row per token); the LM head
-is quantised like every other linear.
+by construction (every row is computed alone, by the same kernel, in the same order, whatever the row count),
+so greedy speculative output with an int8 target equals greedy autoregressive output with the same int8 target.
+The embedding stays float32 (a lookup reads one row per token); the LM head is quantised like every other linear.
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -26,29 +27,36 @@ from specdec_cli.models.fast_linear import Linear
 from specdec_cli.models.layers import MLP, Attention
 from specdec_cli.models.transformer import Transformer
 
-#: The activation dtype the int8 kernel is fast for on CPU (see the module docstring).
-ACTIVATION_DTYPE = torch.bfloat16
+
+@functools.cache
+def _row_gemv():
+    """The ``row_gemv`` module (numba), or None where it cannot be imported."""
+    try:
+        import specdec_cli.models.row_gemv as row_gemv
+    except ImportError:
+        return None
+    return row_gemv
 
 
 def int8_unsupported_reason(device: torch.device | str) -> Optional[str]:
     """Why weight-only int8 cannot run on ``device`` (None when it can)."""
     if torch.device(device).type != "cpu":
         return f"weight-only int8 runs on CPU only, not on {torch.device(device).type}"
-    if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
-        return f"this torch build ({torch.__version__}) lacks the int8 weight-only kernel (_weight_int8pack_mm)"
+    if _row_gemv() is None:
+        return "the int8 kernel needs numba, which cannot be imported here"
     return None
 
 
 def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight [N, K] float -> (int8 [N, K], scale [N] bf16) with weight ~= int8 * scale per row."""
+    """weight [N, K] float -> (int8 [N, K], scale [N] float32) with weight ~= int8 * scale per row."""
     amax = weight.detach().float().abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny)
-    scale = (amax / 127).to(ACTIVATION_DTYPE)
-    values = torch.round(weight.detach().float() / scale.float()[:, None]).clamp_(-127, 127)
+    scale = amax / 127
+    values = torch.round(weight.detach().float() / scale[:, None]).clamp_(-127, 127)
     return values.to(torch.int8).contiguous(), scale
 
 
 class Int8Linear(nn.Module):
-    """``y = (x @ qweight.T) * scale + bias``: x [..., K] float32 -> [..., N] float32 (bf16-rounded matmul)."""
+    """``y = (x @ qweight.T) * scale + bias``: x [..., K] float32 -> [..., N] float32."""
 
     row_invariant = True  # always: nothing to switch (read by ``Transformer.row_invariant``)
 
@@ -58,6 +66,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("qweight", qweight)
         self.register_buffer("scale", scale)
         self.register_buffer("bias", bias)
+        self._packed = None  # the kernel's layout of qweight, built on first use (row views never build one)
 
     @classmethod
     def from_linears(cls, *linears: Linear) -> Int8Linear:
@@ -71,8 +80,16 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2d = x.reshape(-1, self.in_features).to(ACTIVATION_DTYPE)
-        y = torch._weight_int8pack_mm(x2d, self.qweight, self.scale).float()
+        kernel = _row_gemv()
+        if self._packed is None:
+            self._packed = kernel.pack_blocks(self.qweight)
+        x2d = x.reshape(-1, self.in_features).float()
+        step = kernel.MAX_ROWS
+        chunks = [
+            kernel.gemm_rows(x2d[start : start + step], self._packed, self.in_features)
+            for start in range(0, x2d.shape[0], step)
+        ]
+        y = (chunks[0] if len(chunks) == 1 else torch.cat(chunks))[:, : self.out_features] * self.scale
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.out_features)

@@ -58,26 +58,13 @@ class RowGemv:
     MAX_ROWS = MAX_ROWS
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], split: int) -> None:
-        out_features, in_features = weight.shape
-        blocks = -(-out_features // BLOCK)
-        padded = torch.zeros(blocks * BLOCK, in_features, dtype=torch.float32, device=weight.device)
-        padded[:out_features] = weight.detach()
-        # [blocks, K, BLOCK]: for each block, the K weights of its BLOCK outputs, k-major
-        self.packed = np.ascontiguousarray(padded.view(blocks, BLOCK, in_features).permute(0, 2, 1).numpy())
+        self.packed = pack_blocks(weight.float())
         self.bias = None if bias is None else bias.detach().contiguous().numpy()
-        self.out_features, self.split = out_features, split
+        self.out_features, self.split = weight.shape[0], split
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] float32 (CPU), M <= MAX_ROWS -> [M, N]."""
-        rows = x.shape[0]
-        out = torch.empty(rows, self.packed.shape[0] * BLOCK, dtype=torch.float32, device="cpu")
-        threads = torch.get_num_threads()
-        if threads != numba.get_num_threads():
-            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-        groups = _ROW_TAGS[rows]
-        kernel = _gemm if len(groups) == 1 else _gemm_two_groups
-        kernel(x.detach().contiguous().numpy(), self.packed, self.split, out.numpy(), *groups)
-        y = out if out.shape[1] == self.out_features else out[:, : self.out_features]
+        y = gemm_rows(x, self.packed, self.split)[:, : self.out_features]
         return y if self.bias is None else y + torch.from_numpy(self.bias)
 
     @classmethod
@@ -109,6 +96,32 @@ class RowGemv:
                 break
         _splits[key] = found
         return None if found is None else kernel
+
+
+def pack_blocks(weight: torch.Tensor) -> np.ndarray:
+    """weight [N, K] (float32 or int8) -> [ceil(N / BLOCK), K, BLOCK], zero-padded: for each block of BLOCK
+    outputs, their K weights k-major (one contiguous stream per block)."""
+    out_features, in_features = weight.shape
+    blocks = -(-out_features // BLOCK)
+    padded = torch.zeros(blocks * BLOCK, in_features, dtype=weight.dtype, device="cpu")
+    padded[:out_features] = weight.detach()
+    return np.ascontiguousarray(padded.view(blocks, BLOCK, in_features).permute(0, 2, 1).numpy())
+
+
+def gemm_rows(x: torch.Tensor, packed: np.ndarray, split: int) -> torch.Tensor:
+    """x [M, K] float32 (CPU), 1 <= M <= MAX_ROWS, @ a ``pack_blocks`` weight -> [M, blocks * BLOCK] float32.
+
+    Each output is two in-order FMA chains (k < split, k >= split) added at the end; int8 weights are
+    converted to float32 exactly, so they take the same arithmetic. A row's result never depends on the others.
+    """
+    out = torch.empty(x.shape[0], packed.shape[0] * BLOCK, dtype=torch.float32, device="cpu")
+    threads = torch.get_num_threads()
+    if threads != numba.get_num_threads():
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    groups = _ROW_TAGS[x.shape[0]]
+    kernel = _gemm if len(groups) == 1 else _gemm_two_groups
+    kernel(x.detach().contiguous().numpy(), packed, split, out.numpy(), *groups)
+    return out
 
 
 def _candidate_splits(in_features: int) -> list[int]:
@@ -162,12 +175,12 @@ def _block(x, first_row, packed, b, split, out, row_tag):
         for r in range(rows):
             xk = x[first_row + r, k]
             for j in range(BLOCK):
-                head[r, j] += xk * packed[b, k, j]
+                head[r, j] += xk * numba.float32(packed[b, k, j])  # int8 -> float32: exact
     for k in range(split, in_features):
         for r in range(rows):
             xk = x[first_row + r, k]
             for j in range(BLOCK):
-                tail[r, j] += xk * packed[b, k, j]
+                tail[r, j] += xk * numba.float32(packed[b, k, j])
     for r in range(rows):
         for j in range(BLOCK):
             out[first_row + r, b * BLOCK + j] = head[r, j] + tail[r, j]

@@ -29,7 +29,7 @@ from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.workload import encode_prompt, load_prompts, repetitive_prompts
 from specdec_cli.models import load_model
 from specdec_cli.models.fast_linear import Linear
-from specdec_cli.models.quantize import Int8Linear
+from specdec_cli.models.quantize import Int8Linear, quantize_model
 from specdec_cli.run.drive import run_requests
 
 pytestmark = pytest.mark.realmodel
@@ -102,6 +102,20 @@ def test_int8_draft_heads_are_lossless_and_accepted(embedded, chat_prompts, chat
     assert _generate(embedded, SHIPPED[method](num_draft_tokens=4, head_dtype="int8"), chat_prompts, 32,
                      stats) == chat_baseline
     assert stats["acceptance_length"] > MIN_ACCEPTANCE_LENGTH[method], stats
+
+
+def test_int8_target_greedy_speculative_equals_its_own_autoregressive(chat_prompts) -> None:
+    """``model.dtype=int8``: the int8 target is row-invariant (its verify of K+1 tokens rounds each token as its
+    decode does), so drafted greedy output equals the int8 target's own autoregressive output, at batch 2."""
+    model, tokenizer = load_model(None)
+    quantize_model(model)
+    assert not any(isinstance(m, Linear) for m in model.modules())
+    int8 = (model, tokenizer)
+    baseline = _generate(int8, NoneMethodConfig(), chat_prompts, 32)
+    stats: dict = {}
+    assert _generate(int8, SHIPPED["eagle3"](num_draft_tokens=4, head_dtype="int8"), chat_prompts, 32,
+                     stats) == baseline
+    assert stats["acceptance_length"] > MIN_ACCEPTANCE_LENGTH["eagle3"], stats
 
 
 def test_resolved_auto_head_dtype_reaches_the_head_and_an_explicit_one_wins(embedded) -> None:
