@@ -73,7 +73,7 @@ def main() -> None:
         "# Weight-only int8 GEMMs for few rows (`benchmarks/bench_int8_gemm.py`)",
         "",
         f"- Command: `python benchmarks/bench_int8_gemm.py --rows {args.rows} --reps {args.reps} "
-        f"--threads {args.threads}`; {machine()}, torch {torch.__version__}",
+        f"--threads {args.threads}`; {machine()}",
         "- One pass = every linear of one SmolLM2-135M forward (121 GEMMs, random weights of those shapes), "
         "best of the reps; weights from memory.",
         "",

@@ -35,6 +35,7 @@ from specdec_cli.engine.metrics import SpecStats
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import load_model
+from specdec_cli.models.quantize import quantize_model
 from specdec_cli.run.pipeline import build_engine as pipeline_engine
 
 DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eagle3",
@@ -42,20 +43,21 @@ DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eag
 MAX_SEQ_LEN = 2048
 
 
-def build_engine(target, tokenizer, overrides: list[str], batch: int = 1) -> SpecEngine:
-    """The engine ``specdec run <overrides> engine.max_batch_size=<batch>`` would build, on the loaded target."""
+def build_engine(target, tokenizer, overrides: list[str], batch: int = 1, dtype: str = "float32") -> SpecEngine:
+    """The engine ``specdec run <overrides> engine.max_batch_size=<batch> model.dtype=<dtype>`` would build, on the
+    loaded target (already quantised where ``dtype`` is int8)."""
     method = overrides[0] if "=" not in overrides[0] else overrides[0].split("=", 1)[1]
     cfg = compose_config([f"method={method}", *overrides[1:], f"engine.max_batch_size={batch}",
-                          f"engine.max_seq_len={MAX_SEQ_LEN}"])
+                          f"engine.max_seq_len={MAX_SEQ_LEN}", f"model.dtype={dtype}"])
     effective = resolve(cfg)
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
                        device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer,
-                       head_dtype=effective.head_dtype)
+                       model_dtype=dtype, head_dtype=effective.head_dtype)
     return pipeline_engine(target, build_drafter(cfg.method, deps), cfg, effective)
 
 
-def machine() -> str:
-    return f"{cpu_and_torch()}, fp32, batch 1"
+def machine(dtype: str = "float32") -> str:
+    return f"{cpu_and_torch()}, {dtype} target, batch 1"
 
 
 def main() -> None:
@@ -65,12 +67,15 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=48)
     parser.add_argument("--prompts", type=Path, default=Path("benchmarks/prompts/unseen.jsonl"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results_unseen.md"))
+    parser.add_argument("--dtype", choices=["float32", "int8"], default="float32", help="the target's model.dtype")
     args = parser.parse_args()
     command = "python " + " ".join(sys.argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     target, tokenizer = load_model(None)
+    if args.dtype == "int8":
+        quantize_model(target)
     configs = {name: name.split() for name in args.configs}
-    engines = {name: build_engine(target, tokenizer, overrides) for name, overrides in configs.items()}
+    engines = {name: build_engine(target, tokenizer, overrides, dtype=args.dtype) for name, overrides in configs.items()}
     rows = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
     # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens]; stats per (T, config)
     tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
@@ -104,10 +109,10 @@ def main() -> None:
 def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> None:
     families = sorted({key[2] for key in tally if key[2] != "all"}) + ["all"]
     lines = [f"# Unseen prompt families (`benchmarks/bench_unseen.py`)", "",
-             f"Command: `{command}`  ", f"Machine: {machine()}; {args.max_new} new tokens per prompt, "
+             f"Command: `{command}`  ", f"Machine: {machine(args.dtype)}; {args.max_new} new tokens per prompt, "
              f"prompts `{args.prompts}` ({len(families) - 1} families); one run.", "",
              "Cells: acceptance length (tokens per verify step) / tokens/s relative to `none` in the same run.", ""]
-    record = {"command": command, "machine": machine(), "rows": []}
+    record = {"command": command, "machine": machine(args.dtype), "rows": []}
     for temperature in args.temperatures:
         lines += [f"## T={temperature:g}", "", "| config | " + " | ".join(families) + " | time: target / draft / accept / other |",
                   "|---" * (len(families) + 2) + "|"]
