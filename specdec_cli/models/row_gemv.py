@@ -11,7 +11,11 @@ AVX-512's 32 vector registers the accumulators of up to 8 rows stay (mostly) in 
 stream - not the arithmetic - sets the time: 1 to 7 rows of SmolLM2-135M's GEMMs take about the same ~19 ms,
 oneDNN 24-31 ms, so a K+1 = 5 token verify costs about what a decode does (benchmarks/results_steps.md); 9 to
 16 rows take two passes over each weight block, the second from L2 (13 rows 25 ms, oneDNN 47 ms: tree
-verification). With AVX2's 16 registers the kernel takes 1 or 2 rows.
+verification). With AVX2's 16 registers the kernel takes 1 or 2 rows (more, grouped like 9-16 rows above,
+measured no faster than oneDNN in a whole forward: benchmarks/results_row_gemv.md).
+
+The same kernel takes int8 weights (``quantize.Int8Linear``): each is converted to float32 in registers, exactly,
+so the arithmetic is unchanged.
 
 Nothing documents that order, so it is probed: ``RowGemv.probe`` tries each candidate split against
 oneDNN's own output on random rows (1 to MAX_ROWS of them) and returns a kernel only where one matches bit
@@ -33,7 +37,10 @@ from numba.extending import intrinsic
 
 
 def _has_avx512() -> bool:
-    """Whether LLVM (numba's code generator) reports AVX-512F on this host."""
+    """Whether numba compiles for AVX-512F: its NUMBA_CPU_FEATURES where set, else this host's features as LLVM
+    (numba's code generator) reads them."""
+    if numba.config.CPU_FEATURES:
+        return "+avx512f" in numba.config.CPU_FEATURES.split(",")
     try:
         return bool(llvmlite.binding.get_host_cpu_features().get("avx512f"))
     except RuntimeError:  # a host whose features LLVM cannot read
