@@ -11,26 +11,14 @@ capped at AVX2:
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
 import specdec_cli.models.fast_linear as fast_linear
+from bench_int8_gemm import SHAPES, best_ms
 from bench_model import machine
 from specdec_cli.models import row_gemv
 from specdec_cli.models.fast_linear import Linear
-
-SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536)] * 30 + [(49152, 576)]
-
-
-def best_ms(function, reps: int) -> float:
-    function()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times) * 1e3
 
 
 def main() -> None:

@@ -199,7 +199,7 @@ class _Packed:
     def row_kernel(self, rows: int = 1):
         """The ``RowGemv`` for a call of ``rows`` rows, or None: too many rows, numba missing, or its probe
         found no bitwise match."""
-        module = _row_gemv() if USE_ROW_KERNEL else None
+        module = row_gemv_module() if USE_ROW_KERNEL else None
         if module is None or rows > module.MAX_ROWS:
             return None
         if self._row is _UNBUILT:
@@ -225,7 +225,7 @@ _UNBUILT = object()
 
 
 @functools.cache
-def _row_gemv():
+def row_gemv_module():
     """The ``row_gemv`` module, or None where numba cannot be imported (imported once, on first use)."""
     try:
         import specdec_cli.models.row_gemv as row_gemv

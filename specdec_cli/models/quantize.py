@@ -6,8 +6,8 @@ is ``row_gemv``'s kernel fed int8 weights: each int8 weight is converted to floa
 kernel and multiplied into float32 activations in one in-order FMA chain per output, then the output is scaled
 per channel. Calls of more than ``row_gemv.MAX_ROWS`` rows (a prefill) go through it in chunks of that many rows.
 The residual stream, norms, attention and softmax stay float32. Against ATen's ``_weight_int8pack_mm`` (which
-needs bf16 activations to be fast) it takes half the time at every row count measured (1 to 32 rows, SmolLM2-135M's
-linears: 5.1 vs 9.8 ms for 1 row, 9.2 vs 19.8 ms for 5; benchmarks/results_steps.md).
+needs bf16 activations to be fast) it takes 0.55-0.7x the time at every row count measured (1 to 32 rows of
+SmolLM2-135M's linears: 7.0 vs 10.4 ms for 1 row, 11.9 vs 20.0 ms for 5; benchmarks/results_int8_gemm.md).
 
 Exactness: the int8 model is a different model from the fp32 one, but it is deterministic and row-invariant
 by construction (every row is computed alone, by the same kernel, in the same order, whatever the row count),
@@ -16,33 +16,22 @@ The embedding stays float32 (a lookup reads one row per token); the LM head is q
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
 from torch import nn
 
 from specdec_cli.models.errors import ModelLoadError
-from specdec_cli.models.fast_linear import Linear
+from specdec_cli.models.fast_linear import Linear, row_gemv_module
 from specdec_cli.models.layers import MLP, Attention
 from specdec_cli.models.transformer import Transformer
-
-
-@functools.cache
-def _row_gemv():
-    """The ``row_gemv`` module (numba), or None where it cannot be imported."""
-    try:
-        import specdec_cli.models.row_gemv as row_gemv
-    except ImportError:
-        return None
-    return row_gemv
 
 
 def int8_unsupported_reason(device: torch.device | str) -> Optional[str]:
     """Why weight-only int8 cannot run on ``device`` (None when it can)."""
     if torch.device(device).type != "cpu":
         return f"weight-only int8 runs on CPU only, not on {torch.device(device).type}"
-    if _row_gemv() is None:
+    if row_gemv_module() is None:
         return "the int8 kernel needs numba, which cannot be imported here"
     return None
 
@@ -80,7 +69,7 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kernel = _row_gemv()
+        kernel = row_gemv_module()
         if self._packed is None:
             self._packed = kernel.pack_blocks(self.qweight)
         x2d = x.reshape(-1, self.in_features).float()

@@ -60,7 +60,7 @@ def test_the_probe_refuses_a_reference_it_cannot_reproduce() -> None:
 
 
 def test_without_the_kernel_a_single_row_is_padded_and_still_exact(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fast_linear, "_row_gemv", lambda: None)  # as where numba cannot be imported
+    monkeypatch.setattr(fast_linear, "row_gemv_module", lambda: None)  # as where numba cannot be imported
     layer = _linear(576, 192)
     x = torch.randn(3, 576)
     with torch.inference_mode():
