@@ -4,7 +4,8 @@ quantised once at load.
 Decode on CPU is memory-bound, so reading a weight as 1 byte instead of 4 is what makes it faster. The matmul
 is ``row_gemv``'s kernel fed int8 weights: each int8 weight is converted to float32 (exactly) inside the
 kernel and multiplied into float32 activations in one in-order FMA chain per output, then the output is scaled
-per channel. Calls of more than ``row_gemv.MAX_ROWS`` rows (a prefill) go through it in chunks of that many rows.
+per channel. Calls of more than ``row_gemv.MAX_ROWS`` rows (a prefill) go through it in chunks of that many rows
+(the last one zero-padded: numba compiles the kernel once per row count, and a prefill then adds no new one).
 The residual stream, norms, attention and softmax stay float32. Against ATen's ``_weight_int8pack_mm`` (which
 needs bf16 activations to be fast) it takes 0.55-0.7x the time at every row count measured (1 to 32 rows of
 SmolLM2-135M's linears: 7.0 vs 10.4 ms for 1 row, 11.9 vs 20.0 ms for 5; benchmarks/results_int8_gemm.md).
@@ -73,12 +74,14 @@ class Int8Linear(nn.Module):
         if self._packed is None:
             self._packed = kernel.pack_blocks(self.qweight)
         x2d = x.reshape(-1, self.in_features).float()
-        step = kernel.MAX_ROWS
+        rows, step = x2d.shape[0], kernel.MAX_ROWS
+        if rows > step and rows % step:  # a prefill: zero rows fill its last chunk, so every chunk takes the
+            x2d = torch.cat([x2d, x2d.new_zeros(step - rows % step, self.in_features)])  # one compiled size
         chunks = [
             kernel.gemm_rows(x2d[start : start + step], self._packed, self.in_features)
             for start in range(0, x2d.shape[0], step)
         ]
-        y = (chunks[0] if len(chunks) == 1 else torch.cat(chunks))[:, : self.out_features] * self.scale
+        y = (chunks[0] if len(chunks) == 1 else torch.cat(chunks))[:rows, : self.out_features] * self.scale
         if self.bias is not None:
             y = y + self.bias
         return y.view(*x.shape[:-1], self.out_features)
