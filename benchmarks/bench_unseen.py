@@ -37,6 +37,7 @@ from specdec_cli.engine.workload import encode_prompt
 from specdec_cli.models import load_model
 from specdec_cli.models.quantize import quantize_model
 from specdec_cli.run.pipeline import build_engine as pipeline_engine
+from specdec_cli.run.pipeline import with_resolved_method
 
 DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eagle3",
                    "eagle3 method.tree_topk=4 method.max_total_draft_tokens=12"]
@@ -53,6 +54,7 @@ def build_engine(target, tokenizer, overrides: list[str], batch: int = 1, dtype:
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
                        device=torch.device("cpu"), dtype=torch.float32, tokenizer=tokenizer,
                        model_dtype=dtype, head_dtype=effective.head_dtype)
+    cfg = with_resolved_method(cfg, effective)
     return pipeline_engine(target, build_drafter(cfg.method, deps), cfg, effective)
 
 

@@ -1,15 +1,16 @@
 """Support-matrix rules: which features a run uses, which of them its method refuses, and the
-rejection-sampling, backend and auto head-dtype choices (the only place each is decided).
+rejection-sampling, backend, auto head-dtype and auto tree choices (the only place each is decided).
 
 An explicit request the matrix refuses (``rejection=on``, ``rejection.backend=flashinfer``) is a violation;
 ``auto`` falls back and records why in ``Findings.reasons``.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
-from specdec_cli.config.fields import not_one_of
+from specdec_cli.config.fields import check_tree, not_one_of
 from specdec_cli.config.hardware import Hardware
 from specdec_cli.config.matrix import FEATURES, REJECTION_EXCLUSIONS, support
 from specdec_cli.config.methods import TABLE
@@ -62,8 +63,32 @@ def features_in_use(cfg: RunConfig) -> dict[str, bool]:
         "confidence_stop": cfg.method.draft_confidence > 0,
         "suffix_enhancer": cfg.method.suffix_enhancer is True,  # auto (None) is never a violation
         "adaptive_skip": cfg.method.adaptive_min_accept > 0,
-        "draft_tree": cfg.method.tree_topk > 1 or cfg.method.max_total_draft_tokens is not None,
+        "draft_tree": (cfg.method.tree_topk or 1) > 1 or cfg.method.max_total_draft_tokens is not None,
     }
+
+
+AUTO_TREE_TOPK = 2
+"""Children per node of the auto tree (EAGLE-3, greedy, batch 1): topk 2 / 8 nodes measured at or above the chain
+on every prompt set (held-out families 1.37-1.43x vs 1.31-1.34x, MT-Bench 1.33-1.38x vs 1.29x), while at T=1
+trees stay behind the chain (benchmarks/results_unseen_heldout_tree_sweep.md, results_unseen_tree.md)."""
+
+
+def tree_topk_for(cfg: RunConfig, all_greedy: bool, cuda_graphs: bool) -> int:
+    """``method.tree_topk`` resolved: an explicit value, or auto (None, EAGLE-3): AUTO_TREE_TOPK where every
+    request is greedy and a tree can run here (``fields.check_tree`` finds nothing, no CUDA graphs), else 1."""
+    if cfg.method.tree_topk is not None:
+        return cfg.method.tree_topk
+    if not all_greedy or cuda_graphs or cfg.method.name not in TABLE:
+        return 1
+    if not support(cfg.method.name, "draft_tree").supported:
+        return 1
+    tree = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, tree_topk=AUTO_TREE_TOPK))
+    return AUTO_TREE_TOPK if not check_tree(tree) else 1
+
+
+def tree_nodes(method: MethodConfig, tree_topk: int) -> int:
+    """Nodes per tree verify: method.max_total_draft_tokens, by default tree_topk * num_draft_tokens."""
+    return method.max_total_draft_tokens or tree_topk * method.num_draft_tokens
 
 
 def suffix_enhancer_on(method: MethodConfig) -> bool:

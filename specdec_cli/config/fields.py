@@ -116,7 +116,7 @@ def _check_thinking(method: MethodConfig) -> list[str]:
 
 def _check_tree_size(method: MethodConfig) -> list[str]:
     out = []
-    if method.tree_topk < 1:
+    if method.tree_topk is not None and method.tree_topk < 1:
         out.append(f"method.tree_topk={method.tree_topk} must be >= 1 (1 = the chain)")
     total = method.max_total_draft_tokens
     if total is not None and not method.num_draft_tokens <= total <= MAX_TREE_NODES:
@@ -127,7 +127,7 @@ def _check_tree_size(method: MethodConfig) -> list[str]:
 
 def check_tree(cfg: RunConfig) -> list[str]:
     """What a dynamic draft tree (method.tree_topk > 1) cannot be combined with (yet)."""
-    if cfg.method.tree_topk <= 1:
+    if (cfg.method.tree_topk or 1) <= 1:
         return []
     why = "method.tree_topk > 1 (a dynamic draft tree)"
     out = []

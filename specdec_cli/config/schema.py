@@ -46,7 +46,8 @@ class MethodConfig:
     adaptive_probe_every: int = 8
     # Dynamic draft tree (EAGLE-3; TensorRT-LLM's names): children per node (1: today's chain) and the nodes
     # sent to one verify forward (None: tree_topk * num_draft_tokens); the tree's depth is num_draft_tokens.
-    tree_topk: int = 1
+    # tree_topk None (auto; EAGLE-3's default): see Eagle3MethodConfig.
+    tree_topk: Optional[int] = 1
     max_total_draft_tokens: Optional[int] = None
 
 
@@ -95,6 +96,9 @@ class Eagle3MethodConfig(LearnedHeadMethodConfig):
     name: str = "eagle3"
     # Target layers whose outputs are fused (output-of-layer-i convention); None: {1, N/2-1, N-4}.
     target_layers: Optional[list[int]] = None
+    # None (auto): a tree of topk AUTO_TREE_TOPK when every request is greedy and a tree can run (batch 1, one
+    # process, no adaptive skip, no CUDA graphs), else the chain (config.combinations.tree_topk_for).
+    tree_topk: Optional[int] = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ from specdec_cli.config.combinations import (
     resolve_cuda_graphs,
     resolve_rejection,
     suffix_enhancer_on,
+    tree_topk_for,
 )
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.fields import (
@@ -69,6 +70,14 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     all_greedy = all(s.temperature == 0 for s in samplers) and (
         cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
     )
+    tree_topk = tree_topk_for(cfg, all_greedy, cuda_graphs)
+    if cfg.method.tree_topk is None:
+        found.reasons.append(
+            f"method.tree_topk=auto -> {tree_topk}: " + (
+                "every request is greedy at batch 1: a dynamic draft tree (method.max_total_draft_tokens nodes, "
+                "default tree_topk * num_draft_tokens) accepts more than the chain" if tree_topk > 1 else
+                "the chain (a tree runs only when every request is greedy, at engine.max_batch_size=1, on one "
+                "process, without method.adaptive_min_accept or CUDA graphs)"))
     if rejection and all_greedy:
         found.reasons.append(
             "all requests are greedy (temperature 0): every batch takes the argmax fast path "
@@ -90,6 +99,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         cuda_graphs=cuda_graphs,
         suffix_enhancer=enhancer,
         head_dtype=head_dtype,
+        tree_topk=tree_topk,
         draft_len_schedule=dict(sorted(cfg.method.draft_len_schedule.items())),
         all_greedy=all_greedy,
         reasons=found.reasons,

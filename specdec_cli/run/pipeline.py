@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
+from specdec_cli.config.combinations import tree_nodes
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import MethodConfig, RunConfig
 from specdec_cli.drafters import build_drafter
@@ -57,6 +59,7 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
     """Load and build everything ``cfg`` asks for; ``rank_ctx``: this process is one rank of a
     parallel run (its device, its share of the CPU cores; a tensor-parallel rank shards the target).
     ``with_workload=False``: no requests (the Python API and the server bring their own)."""
+    cfg = with_resolved_method(cfg, effective)
     local_ranks = rank_ctx.local_world_size if rank_ctx is not None else 1
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_ranks))
     torch.manual_seed(cfg.sampler.seed)
@@ -84,9 +87,9 @@ def build_pipeline(cfg: RunConfig, effective: EffectiveConfig, *,
 def build_engine(target: Transformer, drafter: Optional[Drafter], cfg: RunConfig, effective: EffectiveConfig,
                  decode: Optional[Callable[[list[int]], str]] = None) -> SpecEngine:
     """The engine ``cfg`` asks for around ``drafter``: the tree engine for a draft tree, else the chain engine."""
-    if cfg.method.tree_topk > 1:
+    if effective.tree_topk > 1:
         return TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
-                              max_nodes=tree_nodes(cfg.method))
+                              max_nodes=tree_nodes(cfg.method, effective.tree_topk))
     return SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
 
 
@@ -109,9 +112,11 @@ def thinking_ids(method: MethodConfig) -> Optional[tuple[int, int]]:
     return None if begin is None or end is None else (begin, end)
 
 
-def tree_nodes(method: MethodConfig) -> int:
-    """Nodes per tree verify: method.max_total_draft_tokens, by default tree_topk * num_draft_tokens."""
-    return method.max_total_draft_tokens or method.tree_topk * method.num_draft_tokens
+def with_resolved_method(cfg: RunConfig, effective: EffectiveConfig) -> RunConfig:
+    """``cfg`` with the auto choices that shape the drafter filled in from ``effective`` (``method.tree_topk``)."""
+    if cfg.method.tree_topk == effective.tree_topk:
+        return cfg
+    return dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, tree_topk=effective.tree_topk))
 
 
 def _drafter_builder(cfg: RunConfig, rank_ctx: Optional[RankContext]) -> DrafterBuilder:

@@ -225,7 +225,7 @@ def test_effective_config_is_json_ready() -> None:
     record = effective("method=eagle3", "sampler=topk").to_dict()
     assert set(record) == {
         "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "reasons",
-        "cuda_graphs", "suffix_enhancer", "head_dtype",
+        "cuda_graphs", "suffix_enhancer", "head_dtype", "tree_topk",
     }
     json.dumps(record)
 
@@ -242,3 +242,20 @@ def test_head_dtype_auto_resolution(overrides, hw, head_dtype) -> None:
     assert resolved.head_dtype == head_dtype
     assert any(r.startswith("method.head_dtype=auto -> int8") for r in resolved.reasons) == (
         head_dtype == "int8" and "method.head_dtype=float32" not in overrides)
+
+
+@pytest.mark.parametrize("overrides, tree_topk", [
+    (("method=eagle3",), 2),  # auto: greedy at batch 1 -> a tree, and said so
+    (("method=eagle3", "sampler=temperature"), 1),  # sampled: trees stay behind the chain at T=1
+    (("method=eagle3", "engine.max_batch_size=4"), 1),  # a tree verifies one request at a time
+    (("method=eagle3", "method.adaptive_min_accept=0.5"), 1),  # the tree engine does not apply the skip rule
+    (("method=eagle3", "method.tree_topk=1"), 1),  # explicit wins
+    (("method=eagle3", "method.tree_topk=4", "engine.max_batch_size=1"), 4),
+    (("method=mtp",), 1),  # only EAGLE-3 expands a tree
+])
+def test_tree_topk_auto_resolution(overrides, tree_topk) -> None:
+    resolved = effective(*overrides)
+    assert resolved.tree_topk == tree_topk
+    auto = [r for r in resolved.reasons if r.startswith("method.tree_topk=auto")]
+    assert len(auto) == ("method=eagle3" in overrides and not any("tree_topk" in o for o in overrides))
+    assert all(r.startswith(f"method.tree_topk=auto -> {tree_topk}: ") for r in auto)

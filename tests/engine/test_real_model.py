@@ -118,6 +118,22 @@ def test_int8_target_greedy_speculative_equals_its_own_autoregressive(chat_promp
     assert stats["acceptance_length"] > MIN_ACCEPTANCE_LENGTH["eagle3"], stats
 
 
+def test_the_default_greedy_eagle3_job_runs_the_auto_tree_and_matches_autoregressive(tmp_path: Path) -> None:
+    """`make run`'s job in small: method=eagle3 at greedy resolves tree_topk=auto to a tree, runs the tree engine,
+    and its output equals the autoregressive baseline's."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "specdec_cli", "run", "method=eagle3", "baseline=true", "workload=showcase",
+           "workload.num_prompts=2", "workload.max_new_tokens=24", f"hydra.run.dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["effective"]["tree_topk"] == 2 and results["config"]["method"]["tree_topk"] is None
+    assert any(r.startswith("method.tree_topk=auto -> 2") for r in results["effective"]["reasons"])
+    assert results["metrics"]["baseline_identical"] is True
+    assert results["metrics"]["acceptance_length"] > 1.2
+    assert "tree: topk 2, 8 nodes" in proc.stdout
+
+
 def test_resolved_auto_head_dtype_reaches_the_head_and_an_explicit_one_wins(embedded) -> None:
     """``EffectiveConfig.head_dtype`` (auto: int8 for EAGLE-3 on CPU) arrives through ``DrafterDeps.head_dtype``;
     an explicit ``method.head_dtype`` overrides it."""
