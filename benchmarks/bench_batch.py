@@ -42,10 +42,11 @@ def main() -> None:
     prompts = [encode_prompt(tokenizer, rows[i % len(rows)]["prompt"], chat=True) for i in range(args.requests)]
     results = []  # {temperature, batch, config, tokens_per_s, acceptance_length}
     for batch in args.batches:
-        engines = {name: build_engine(target, tokenizer, name.split(), batch) for name in args.configs}
-        for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
-            warm_up(engine, prompts[0])
         for temperature in args.temperatures:
+            engines = {name: build_engine(target, tokenizer, name.split(), batch, temperature=temperature)
+                       for name in args.configs}
+            for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
+                warm_up(engine, prompts[0])
             for name, engine in engines.items():
                 requests = [Request(id=str(i), prompt_token_ids=ids, max_new_tokens=args.max_new,
                                     params=SamplingParams(temperature, seed=i), eos_token_ids=(tokenizer.eos_token_id,))

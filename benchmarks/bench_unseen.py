@@ -4,7 +4,8 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--t
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
            [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
 
-Every engine first runs the engine warm-up (unmeasured). Each configuration is a list of ``specdec run``
+Engines are built per temperature, as `specdec run` with that sampler would build them (EAGLE-3's auto tree is
+for greedy runs only), and first run the engine warm-up (unmeasured). Each configuration is a list of ``specdec run``
 overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the shipped default: the suffix
 enhancer resolves on). The target loads once; every
 configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
@@ -44,11 +45,14 @@ DEFAULT_CONFIGS = ["none", "suffix", "eagle3 method.suffix_enhancer=false", "eag
 MAX_SEQ_LEN = 2048
 
 
-def build_engine(target, tokenizer, overrides: list[str], batch: int = 1, dtype: str = "float32") -> SpecEngine:
+def build_engine(target, tokenizer, overrides: list[str], batch: int = 1, dtype: str = "float32",
+                 temperature: float = 0.0) -> SpecEngine:
     """The engine ``specdec run <overrides> engine.max_batch_size=<batch> model.dtype=<dtype>`` would build, on the
-    loaded target (already quantised where ``dtype`` is int8)."""
+    loaded target (already quantised where ``dtype`` is int8), for requests at ``temperature`` (auto choices such as
+    EAGLE-3's tree depend on it)."""
     method = overrides[0] if "=" not in overrides[0] else overrides[0].split("=", 1)[1]
-    cfg = compose_config([f"method={method}", *overrides[1:], f"engine.max_batch_size={batch}",
+    sampler = ["sampler=temperature", f"sampler.temperature={temperature}"] if temperature > 0 else []
+    cfg = compose_config([f"method={method}", *overrides[1:], *sampler, f"engine.max_batch_size={batch}",
                           f"engine.max_seq_len={MAX_SEQ_LEN}", f"model.dtype={dtype}"])
     effective = resolve(cfg)
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=MAX_SEQ_LEN, vocab_size=target.arch.vocab_size,
@@ -76,15 +80,15 @@ def main() -> None:
     target, tokenizer = load_model(None)
     if args.dtype == "int8":
         quantize_model(target)
-    configs = {name: name.split() for name in args.configs}
-    engines = {name: build_engine(target, tokenizer, overrides, dtype=args.dtype) for name, overrides in configs.items()}
     rows = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
     # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens]; stats per (T, config)
     tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     stats: dict[tuple, SpecStats] = {}
-    for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
-        warm_up(engine, encode_prompt(tokenizer, rows[0]["prompt"], chat=True))
     for temperature in args.temperatures:
+        engines = {name: build_engine(target, tokenizer, name.split(), dtype=args.dtype, temperature=temperature)
+                   for name in args.configs}
+        for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
+            warm_up(engine, encode_prompt(tokenizer, rows[0]["prompt"], chat=True))
         for index, row in enumerate(rows):
             ids = encode_prompt(tokenizer, row["prompt"], chat=True)
             family = row["id"].split("_")[0]

@@ -151,7 +151,8 @@ MATRIX: dict[str, dict[str, Support]] = {
     "draft_tree": _only(
         ("eagle3",),
         Support(True, "EAGLE-2 dynamic tree verified in one target forward with a tree attention mask; "
-                      "lossless (tree rejection sampling); engine.max_batch_size=1"),
+                      "lossless (tree rejection sampling); engine.max_batch_size=1; "
+                      "on by default (tree_topk auto -> 2) when every request is greedy at batch 1"),
         Support(False, "only EAGLE-3 expands a draft tree (its head scores every node's children); "
                        "this drafter proposes a chain"),
     ),
