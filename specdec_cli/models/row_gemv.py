@@ -206,3 +206,16 @@ def _gemm_two_groups(x, packed, split, out, first_tag, second_tag):
     for b in numba.prange(packed.shape[0]):
         _block(x, 0, packed, b, split, out, first_tag)
         _block(x, len(first_tag), packed, b, split, out, second_tag)
+
+
+def precompile() -> None:
+    """Compile (or load from numba's disk cache) the kernel for every row count and both weight dtypes, so no
+    run pays a first-use compile (~1 s per row count) in the middle of its measured steps. `make install` runs it."""
+    for dtype in (torch.float32, torch.int8):
+        packed = pack_blocks(torch.zeros(BLOCK, SPLIT_STEP, dtype=dtype))
+        for rows in range(1, MAX_ROWS + 1):
+            gemm_rows(torch.zeros(rows, SPLIT_STEP), packed, SPLIT_STEP)
+
+
+if __name__ == "__main__":
+    precompile()

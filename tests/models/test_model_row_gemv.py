@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import platform
 
+import numba
 import pytest
 import torch
 from model_factories import random_linear
@@ -100,3 +101,17 @@ def test_warm_up_builds_every_packed_weight_and_row_kernel_and_leaves_no_trace()
     fresh = to_ours(tiny_hf("llama", layers=2, seed=5)).requires_grad_(False)
     with torch.inference_mode():
         assert torch.equal(logits, fresh(fresh.new_cache(1, 8), [0], ids).logits)
+
+
+def test_precompile_covers_every_row_count_and_weight_dtype() -> None:
+    """`make install` runs ``precompile``: afterwards every call ``gemm_rows`` can make is already compiled, so no
+    measured step pays numba's first-use compile (cached on disk: cheap when install already ran it)."""
+    from specdec_cli.models import row_gemv
+
+    row_gemv.precompile()
+    compiled = {(sig[1].dtype.name, sig[4:]) for kernel in (row_gemv._gemm, row_gemv._gemm_two_groups)
+                for sig in kernel.signatures}
+    for dtype in ("float32", "int8"):
+        for rows in range(1, row_gemv.MAX_ROWS + 1):
+            tags = tuple(numba.typeof(tag) for tag in row_gemv._ROW_TAGS[rows])
+            assert (dtype, tags) in compiled, (dtype, rows)
