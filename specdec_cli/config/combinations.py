@@ -78,12 +78,11 @@ def tree_topk_for(cfg: RunConfig, all_greedy: bool, cuda_graphs: bool) -> int:
     request is greedy and a tree can run here (``fields.check_tree`` finds nothing, no CUDA graphs), else 1."""
     if cfg.method.tree_topk is not None:
         return cfg.method.tree_topk
-    if not all_greedy or cuda_graphs or cfg.method.name not in TABLE:
-        return 1
-    if not support(cfg.method.name, "draft_tree").supported:
+    can_tree = cfg.method.name in TABLE and support(cfg.method.name, "draft_tree").supported
+    if not all_greedy or cuda_graphs or not can_tree:
         return 1
     tree = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, tree_topk=AUTO_TREE_TOPK))
-    return AUTO_TREE_TOPK if not check_tree(tree) else 1
+    return 1 if check_tree(tree) else AUTO_TREE_TOPK
 
 
 def tree_nodes(method: MethodConfig, tree_topk: int) -> int:
