@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 ASSETS = Path(__file__).resolve().parent / "assets"
 SHIPPED_TARGET = "smollm2_135m"
 WEIGHTS_FILE = "model.safetensors"
+#: a weight ``W`` [N, K] may be stored as ``W_int8`` (int8 [N, K]) and ``W_scale`` (float32 [N]): W = int8 * scale
+INT8_SUFFIX, SCALE_SUFFIX = "_int8", "_scale"
 
 
 def load_head(load: Callable[..., nn.Module], path: str | Path, head_dtype: Optional[str], deps: "DrafterDeps",
@@ -112,6 +114,13 @@ class Checkpoint:
                 raise ConfigError([f"{file}: unreadable weights ({err})"]) from None
             tensors.update(part)
             sources.update(dict.fromkeys(part, file))
+        for name in [n for n in tensors if n.endswith(INT8_SUFFIX)]:  # stored as int8 rows + a scale per row
+            base = name.removesuffix(INT8_SUFFIX)
+            scale = tensors.pop(base + SCALE_SUFFIX, None)
+            if scale is None or scale.shape != tensors[name].shape[:1]:
+                raise ConfigError([f"{sources[name]}: tensor {name!r} needs a {base + SCALE_SUFFIX!r} of one scale per row"])
+            tensors[base] = tensors.pop(name).float() * scale.float()[:, None]
+            sources[base] = sources[name]
         return tensors, sources
 
 

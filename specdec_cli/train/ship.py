@@ -2,7 +2,8 @@
 
     python -m specdec_cli.train.ship METHOD RUN_DIR --command "specdec train method=METHOD ..."
 
-copies ``RUN_DIR/METHOD`` (what ``specdec train`` wrote) with its floating tensors in float16, drops
+copies ``RUN_DIR/METHOD`` (what ``specdec train`` wrote) with its floating tensors in float16 (an EAGLE-3
+lm_head in int8 with a scale per row), drops
 the tensors a draft model (draft_target, pard) shares with its target (a frozen copy of its embedding,
 listed in config.json under ``SHARED_WITH_TARGET`` and filled from the target at load time), refuses anything over
 ``MAX_BYTES``, and writes ``manifest.json``: the command, the corpus, the steps and the held-out
@@ -20,21 +21,26 @@ from typing import Any, Optional
 import torch
 
 from specdec_cli.config.methods import TABLE, trainable_methods
-from specdec_cli.drafters.learned import ASSETS, SHIPPED_TARGET, WEIGHTS_FILE, save_checkpoint
+from specdec_cli.drafters.learned import ASSETS, INT8_SUFFIX, SCALE_SUFFIX, SHIPPED_TARGET, WEIGHTS_FILE, save_checkpoint
 from specdec_cli.models import Transformer, load_model
 from specdec_cli.models.loading import SHARED_WITH_TARGET
+from specdec_cli.models.quantize import quantize_weight
 
 MAX_BYTES = 20 * 1024 * 1024
 #: tensors of a draft model that may be copies of the target's (frozen in training), shipped by reference
 TARGET_COPIES = ("model.embed_tokens.weight", "lm_head.weight")
+#: weights shipped as int8 rows + a float32 scale per row (what the CPU default, head_dtype=int8, runs anyway):
+#: an EAGLE-3 head's lm_head over a 16k draft vocabulary then takes the bytes of 8k float16 rows
+INT8_TENSORS = {"eagle3": ("lm_head.weight",)}
 #: methods whose draft is a whole causal LM (the others read the target's embedding at load time anyway)
 DRAFT_MODELS = tuple(name for name, spec in TABLE.items() if spec.draft_model)
 
 
-def shippable(config: dict[str, Any], tensors: dict[str, torch.Tensor], target: Optional[Transformer]
-              ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(config, tensors) to ship: float16, without the ``TARGET_COPIES`` tensors equal to ``target``'s
-    (a draft model's frozen embedding / LM head), which config.json lists under ``SHARED_WITH_TARGET``."""
+def shippable(config: dict[str, Any], tensors: dict[str, torch.Tensor], target: Optional[Transformer],
+              int8: tuple[str, ...] = ()) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(config, tensors) to ship: float16 (``int8``'s names: int8 rows + a scale per row, ``INT8_SUFFIX`` /
+    ``SCALE_SUFFIX``), without the ``TARGET_COPIES`` tensors equal to ``target``'s (a draft model's frozen
+    embedding / LM head), which config.json lists under ``SHARED_WITH_TARGET``."""
     config = {**config, "torch_dtype": "float16"}
     if target is not None:
         theirs = target.state_dict()
@@ -43,7 +49,13 @@ def shippable(config: dict[str, Any], tensors: dict[str, torch.Tensor], target: 
         tensors = {name: t for name, t in tensors.items() if name not in shared}
         if shared:
             config[SHARED_WITH_TARGET] = shared
-    return config, {name: t.half() if t.is_floating_point() else t for name, t in tensors.items()}
+    out = {}
+    for name, tensor in tensors.items():
+        if name in int8:
+            out[name + INT8_SUFFIX], out[name + SCALE_SUFFIX] = quantize_weight(tensor)
+        else:
+            out[name] = tensor.half() if tensor.is_floating_point() else tensor
+    return config, out
 
 
 def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | None = None,
@@ -65,8 +77,9 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
     config = json.loads((source / "config.json").read_text())
     if target is None and method in DRAFT_MODELS:
         target = load_model(None, dtype=torch.float32, device="cpu")[0]
+    int8 = INT8_TENSORS.get(method, ())
     config, tensors = shippable(config, load_file(str(source / WEIGHTS_FILE)),
-                                target if method in DRAFT_MODELS else None)
+                                target if method in DRAFT_MODELS else None, int8)
     size = sum(t.numel() * t.element_size() for t in tensors.values())
     if size > MAX_BYTES:
         raise SystemExit(f"{method}: {size / 2**20:.1f} MiB of weights, over the {MAX_BYTES / 2**20:.0f} MiB limit")
@@ -83,7 +96,7 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
         "train_wall_s": round(summary["wall_s"], 1),
         "trained_tokens": summary["trained_tokens"],
         "held_out_eval": summary["eval"],
-        "weights": {"file": WEIGHTS_FILE, "dtype": "float16", "bytes": (dest / WEIGHTS_FILE).stat().st_size,
+        "weights": {"file": WEIGHTS_FILE, "dtype": "float16" + "".join(f"; {name}: int8, a scale per row" for name in int8), "bytes": (dest / WEIGHTS_FILE).stat().st_size,
                     "sha256": hashlib.sha256((dest / WEIGHTS_FILE).read_bytes()).hexdigest()},
         "measured": measured or {},
     }

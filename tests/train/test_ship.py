@@ -80,3 +80,33 @@ def test_ship_only_replaces_on_improvement_and_respects_the_size_limit(trained_r
     monkeypatch.setattr(ship_module, "MAX_BYTES", 100)
     with pytest.raises(SystemExit, match="over the"):
         ship_module.ship("draft_target", run, "cmd", dest=tmp_path / "other", target=target)
+
+
+def test_shipped_eagle3_lm_head_is_int8_rows_that_load_back_as_the_cpu_int8_head_quantises_them(tmp_path: Path) -> None:
+    """An EAGLE-3 head ships its lm_head as int8 rows + a scale per row (half the bytes of float16): it loads as
+    int8 * scale, and the CPU default (head_dtype=int8) re-quantises that to exactly the shipped int8 rows."""
+    from safetensors.torch import load_file
+
+    from specdec_cli.drafters.eagle3 import load_eagle3, save_eagle3
+    from specdec_cli.models.quantize import quantize_linears
+    from specdec_cli.train.heads import new_eagle3
+
+    target = toy_model(0, vocab_size=16, num_layers=2)
+    head = new_eagle3(target, torch.tensor([0, 2, 3, 5, 7, 8, 11, 15]), hidden_layers=(0, 1, 1))
+    run = tmp_path / "run"
+    save_eagle3(head, run / "eagle3")
+    (run / "train.json").write_text(json.dumps({"steps": 3, "wall_s": 1.0, "trained_tokens": 9,
+                                                "eval": {"acceptance_length": 1.2}}))
+    dest = ship_module.ship("eagle3", run, "specdec train method=eagle3", dest=tmp_path / "ship")
+    tensors = load_file(str(dest / "model.safetensors"))
+    assert "lm_head.weight" not in tensors and tensors["lm_head.weight_int8"].dtype == torch.int8
+    assert tensors["lm_head.weight_scale"].shape == (8,) and tensors["fc.weight"].dtype == torch.float16
+    loaded = load_eagle3(dest, target)
+    expected = tensors["lm_head.weight_int8"].float() * tensors["lm_head.weight_scale"][:, None]
+    assert torch.equal(loaded.lm_head.weight, expected)
+    torch.testing.assert_close(loaded.lm_head.weight, head.lm_head.weight, atol=float(head.lm_head.weight.detach().abs().max()) / 200,
+                               rtol=0)
+    assert torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
+    quantize_linears(loaded, "cpu", "method.head_dtype=int8")
+    assert torch.equal(loaded.lm_head.qweight, tensors["lm_head.weight_int8"])
+    assert "int8" in json.loads((dest / "manifest.json").read_text())["weights"]["dtype"]

@@ -18,6 +18,7 @@ from specdec_cli.models.loading import load_hf_dir
 from specdec_cli.testing import toy_arch
 from specdec_cli.train.features import CachedFeatures, FeatureExtractor, OnlineFeatures, Sequences
 from specdec_cli.train.methods import TRAINERS, TaskInputs
+from specdec_cli.train.pipeline import check_train_config
 from specdec_cli.train.methods.heads import HeadTrainConfig
 from specdec_cli.train.heads import draft_vocabulary, new_draft_model, new_eagle3, new_mtp, vocab_maps
 from specdec_cli.train.tasks import DraftModelTask, HeadTask, Task, chain_stats
@@ -91,6 +92,35 @@ def test_a_head_warm_starts_from_a_checkpoint_with_its_weights_and_vocabulary(ta
     got = task.module.state_dict()
     assert got.keys() == expected.keys() and all(torch.equal(got[name], expected[name]) for name in expected)
     assert task.module.training and all(p.requires_grad for p in task.module.parameters())
+
+
+def test_revocab_warm_start_keeps_trained_rows_and_starts_new_ids_at_the_targets_rows(target, sequences,
+                                                                                      tmp_path: Path) -> None:
+    """``revocab=true``: the warm-started EAGLE-3 head gets the corpus's vocabulary at ``draft_vocab_size``; every
+    other weight, and the lm_head row of each id it already had, are the checkpoint's; new ids start at the
+    target's LM-head rows; a resumed run keeps the vocabulary it trained (``TaskInputs.vocab_ids``)."""
+    start = make_task("eagle3", target)
+    with torch.no_grad():
+        for param in start.module.parameters():
+            param.add_(0.5)  # neither the seeded init nor the target's rows
+    make_trainer(start, target, sequences, tmp_path / "start", steps=1).run()
+    old = load_eagle3(tmp_path / "start" / "draft", target)
+    old_ids = (torch.arange(old.draft_vocab_size) + old.d2t).tolist()
+    cfg = HeadTrainConfig(method=Eagle3MethodConfig(target_layers=[0, 1, 1]), model=ModelConfig(),
+                          init_from=str(tmp_path / "start" / "draft"), draft_vocab_size=14, revocab=True)
+    head = TRAINERS.get("eagle3").build_task(cfg, TaskInputs(target, None, sequences, 20, None)).module
+    new_ids = (torch.arange(head.draft_vocab_size) + head.d2t).tolist()
+    assert len(new_ids) == 14 and new_ids == sorted(new_ids) and head.t2d.nonzero().flatten().tolist() == new_ids
+    for row, token in enumerate(new_ids):
+        expected = old.lm_head.weight[old_ids.index(token)] if token in old_ids else target.lm_head.weight[token]
+        assert torch.equal(head.lm_head.weight[row], expected.float()), token
+    kept = {name: tensor for name, tensor in old.state_dict().items() if not name.startswith(("lm_head", "d2t", "t2d"))}
+    assert all(torch.equal(head.state_dict()[name], tensor) for name, tensor in kept.items())
+    resumed_ids = torch.tensor([0, 2, 4, 6, 7, 11])
+    resumed = TRAINERS.get("eagle3").build_task(cfg, TaskInputs(target, None, sequences, 20, resumed_ids)).module
+    assert (torch.arange(6) + resumed.d2t).tolist() == resumed_ids.tolist()
+    assert check_train_config(HeadTrainConfig(method=MtpMethodConfig(), model=ModelConfig(), revocab=True)) == [
+        "revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: it needs method=eagle3 and init_from"]
 
 
 def test_resume_continues_from_the_saved_step(target, sequences, check_resume) -> None:

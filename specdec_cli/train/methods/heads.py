@@ -9,7 +9,7 @@ import torch
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.mtp import load_mtp
-from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp
+from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp, revocab_eagle3
 from specdec_cli.train.methods.base import (
     TRAINERS, MethodTrainer, TaskInputs, at_least_one, check_init_from, init_dir, init_from_field,
 )
@@ -23,12 +23,17 @@ class HeadTrainConfig(TrainConfig):
     ttt_steps: int = 3  # chain steps unrolled per example (training-time test; 1: none)
     step_weight: float = 0.8  # loss weight of unrolled step j is step_weight ** j
     draft_vocab_size: int = 8192  # most frequent response tokens (d2t); <= 0: the target's vocabulary
+    # eagle3 with init_from: rebuild the draft vocabulary from this corpus at draft_vocab_size (trained rows kept,
+    # new ids start at the target's rows); false: keep the checkpoint's vocabulary
+    revocab: bool = False
     # warm start: a head of this method (its weights and draft vocabulary; "shipped": the project's own)
     init_from: Optional[str] = init_from_field()
 
 
 def check_head(cfg: HeadTrainConfig) -> list[str]:
     out = at_least_one(cfg, ("ttt_steps",))
+    if cfg.revocab and (cfg.method.name != "eagle3" or not cfg.init_from):
+        out.append("revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: it needs method=eagle3 and init_from")
     if not cfg.step_weight > 0:
         out.append(f"step_weight={cfg.step_weight} must be > 0")
     return out + check_init_from(cfg)
@@ -53,6 +58,9 @@ def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
     if init is not None:
         head = load_eagle3(init, target, target_layers=getattr(cfg.method, "target_layers", None),
                            device=target.device)
+        ids = draft_vocab_ids(cfg, inputs) if cfg.revocab or inputs.vocab_ids is not None else None
+        if ids is not None and not torch.equal(ids.to(head.d2t.device), torch.arange(head.draft_vocab_size, device=head.d2t.device) + head.d2t):
+            head = revocab_eagle3(head, target, ids)
         return HeadTask(head.train(), target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
     ids = draft_vocab_ids(cfg, inputs)
     ids = ids if ids is not None else torch.arange(inputs.target.arch.vocab_size)
