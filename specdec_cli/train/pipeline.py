@@ -124,6 +124,10 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
         f"({sum(len(r) for _, r in train_pairs)} response tokens), {len(eval_pairs)} held-out")
     inputs = TaskInputs(target, tokenizer, sequences, len(train_pairs), resumed_vocabulary(out_dir, cfg.resume))
     task = TRAINERS.get(cfg.method.name).build_task(cfg, inputs)
+    vocab = draft_vocab_coverage(getattr(task.module, "d2t", None), sequences, len(train_pairs), target.arch.vocab_size)
+    if vocab is not None:
+        say(f"draft vocabulary: {vocab['size']} ids, covering {100 * vocab['train']:.1f}% of the training and "
+            f"{100 * vocab['held_out']:.1f}% of the held-out response tokens (others can never be drafted)")
     # one feature cache serves every method: EAGLE-3's default layers are stored even when not read
     layers = task.feature_layers or shared_layers(target)
     extractor = FeatureExtractor(target, layers, max(t.numel() for t in sequences.tokens))
@@ -143,10 +147,29 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
                       eval_indices=list(range(len(train_pairs), len(sequences))), options=options, out_dir=out_dir,
                       artifact=cfg.method.name, hidden_size=target.arch.hidden_size, device=device, console=console)
     summary = trainer.run()
+    if vocab is not None:
+        summary["draft_vocab"] = vocab
     summary["corpus"] = {"dir": str(directory), "train_sequences": len(train_pairs), "held_out_sequences": len(eval_pairs),
                          "train_response_tokens": sum(len(r) for _, r in train_pairs)}
     atomic_write_json(out_dir / "train.json", summary)
     return summary
+
+
+def draft_vocab_coverage(d2t: Optional[torch.Tensor], sequences: Sequences, num_train: int,
+                         vocab_size: int) -> Optional[dict[str, Any]]:
+    """{size, train, held_out}: the share of the training / held-out response tokens inside a reduced draft
+    vocabulary (``d2t`` [Vd]); None for a drafter over the whole vocabulary."""
+    if d2t is None or d2t.numel() >= vocab_size:
+        return None
+    inside = torch.zeros(vocab_size, dtype=torch.bool)
+    inside[torch.arange(d2t.numel()) + d2t.cpu()] = True
+
+    def share(indices: range) -> float:
+        responses = [sequences.tokens[i][sequences.prompt_lens[i]:] for i in indices]
+        total = sum(r.numel() for r in responses)
+        return sum(int(inside[r].sum()) for r in responses) / total if total else 0.0
+
+    return {"size": d2t.numel(), "train": share(range(num_train)), "held_out": share(range(num_train, len(sequences)))}
 
 
 def _cached_features(extractor: FeatureExtractor, sequences: Sequences, directory: Path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -79,7 +80,19 @@ def test_train_pipeline_end_to_end_and_resume(monkeypatch, capsys, tmp_path: Pat
     code, out, err = specdec(monkeypatch, capsys, *common, "steps=6")
     assert code == 0, err
     assert "resumed from" in out and "at step 3" in out
-    assert json.loads((tmp_path / "run" / "train.json").read_text())["steps"] == 6
+    summary = json.loads((tmp_path / "run" / "train.json").read_text())
+    assert summary["steps"] == 6
+    # the draft vocabulary's coverage of the response tokens, by hand from the corpus
+    inside = torch.zeros(16, dtype=torch.bool)
+    inside[torch.arange(12) + head.d2t] = True
+    shard = np.load(toy_corpus / "shard_00000.npz")
+    responses = torch.from_numpy(shard["response_ids"].astype(np.int64)).split(shard["response_lens"].tolist())
+    held = shard["held_out"].tolist()
+    for key, split in (("train", False), ("held_out", True)):
+        picked = torch.cat([r for r, h in zip(responses, held) if h == split])
+        assert summary["draft_vocab"][key] == pytest.approx(float(inside[picked].float().mean()))
+        assert f"{100 * summary['draft_vocab'][key]:.1f}%" in out
+    assert summary["draft_vocab"]["size"] == 12 and "draft vocabulary: 12 ids" in out
 
 
 @pytest.mark.parametrize("method", ["pard", "dflash"])
