@@ -118,7 +118,8 @@ class Checkpoint:
             base = name.removesuffix(INT8_SUFFIX)
             scale = tensors.pop(base + SCALE_SUFFIX, None)
             if scale is None or scale.shape != tensors[name].shape[:1]:
-                raise ConfigError([f"{sources[name]}: tensor {name!r} needs a {base + SCALE_SUFFIX!r} of one scale per row"])
+                raise ConfigError([f"{sources[name]}: tensor {name!r} needs a {base + SCALE_SUFFIX!r} "
+                                   f"with one scale per row"])
             tensors[base] = tensors.pop(name).float() * scale.float()[:, None]
             sources[base] = sources[name]
         return tensors, sources

@@ -110,3 +110,10 @@ def test_shipped_eagle3_lm_head_is_int8_rows_that_load_back_as_the_cpu_int8_head
     quantize_linears(loaded, "cpu", "method.head_dtype=int8")
     assert torch.equal(loaded.lm_head.qweight, tensors["lm_head.weight_int8"])
     assert "int8" in json.loads((dest / "manifest.json").read_text())["weights"]["dtype"]
+    from safetensors.torch import save_file
+
+    from specdec_cli.errors import ConfigError
+
+    save_file({k: v for k, v in tensors.items() if k != "lm_head.weight_scale"}, str(dest / "model.safetensors"))
+    with pytest.raises(ConfigError, match="'lm_head.weight_int8' needs a 'lm_head.weight_scale' with one scale per row"):
+        load_eagle3(dest, target)

@@ -59,7 +59,8 @@ def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
         head = load_eagle3(init, target, target_layers=getattr(cfg.method, "target_layers", None),
                            device=target.device)
         ids = draft_vocab_ids(cfg, inputs) if cfg.revocab or inputs.vocab_ids is not None else None
-        if ids is not None and not torch.equal(ids.to(head.d2t.device), torch.arange(head.draft_vocab_size, device=head.d2t.device) + head.d2t):
+        current = (torch.arange(head.draft_vocab_size, device=head.d2t.device) + head.d2t).cpu()
+        if ids is not None and not torch.equal(ids.cpu(), current):
             head = revocab_eagle3(head, target, ids)
         return HeadTask(head.train(), target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
     ids = draft_vocab_ids(cfg, inputs)
