@@ -87,7 +87,8 @@ def revocab_eagle3(head: Eagle3Head, target: Transformer, used_ids: torch.Tensor
     head's do: a trained head's rows stay close to them)."""
     old_ids = torch.arange(head.draft_vocab_size, device=head.d2t.device) + head.d2t
     wide = Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
-                      hidden_layers=head.hidden_layers, draft_vocab_size=used_ids.numel(), embed_weight=head.embed_weight,
+                      hidden_layers=head.hidden_layers, draft_vocab_size=used_ids.numel(),
+                      embed_weight=head.embed_weight,
                       norm_before_residual=head.midlayer.norm_before_residual, dtype=head.fc.weight.dtype,
                       device=head.fc.weight.device)
     missing, _ = wide.load_state_dict({k: v for k, v in head.state_dict().items()

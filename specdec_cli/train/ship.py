@@ -21,7 +21,9 @@ from typing import Any, Optional
 import torch
 
 from specdec_cli.config.methods import TABLE, trainable_methods
-from specdec_cli.drafters.learned import ASSETS, INT8_SUFFIX, SCALE_SUFFIX, SHIPPED_TARGET, WEIGHTS_FILE, save_checkpoint
+from specdec_cli.drafters.learned import (
+    ASSETS, INT8_SUFFIX, SCALE_SUFFIX, SHIPPED_TARGET, WEIGHTS_FILE, save_checkpoint,
+)
 from specdec_cli.models import Transformer, load_model
 from specdec_cli.models.loading import SHARED_WITH_TARGET
 from specdec_cli.models.quantize import quantize_weight
@@ -96,7 +98,8 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
         "train_wall_s": round(summary["wall_s"], 1),
         "trained_tokens": summary["trained_tokens"],
         "held_out_eval": summary["eval"],
-        "weights": {"file": WEIGHTS_FILE, "dtype": "float16" + "".join(f"; {name}: int8, a scale per row" for name in int8), "bytes": (dest / WEIGHTS_FILE).stat().st_size,
+        "weights": {"file": WEIGHTS_FILE, "dtype": "float16" + "".join(f"; {name}: int8, a scale per row" for name in int8),
+                    "bytes": (dest / WEIGHTS_FILE).stat().st_size,
                     "sha256": hashlib.sha256((dest / WEIGHTS_FILE).read_bytes()).hexdigest()},
         "measured": measured or {},
     }

@@ -104,8 +104,8 @@ def test_shipped_eagle3_lm_head_is_int8_rows_that_load_back_as_the_cpu_int8_head
     loaded = load_eagle3(dest, target)
     expected = tensors["lm_head.weight_int8"].float() * tensors["lm_head.weight_scale"][:, None]
     assert torch.equal(loaded.lm_head.weight, expected)
-    torch.testing.assert_close(loaded.lm_head.weight, head.lm_head.weight, atol=float(head.lm_head.weight.detach().abs().max()) / 200,
-                               rtol=0)
+    bound = float(head.lm_head.weight.detach().abs().max()) / 200  # > half an int8 step (amax / 254) of every row
+    torch.testing.assert_close(loaded.lm_head.weight, head.lm_head.weight, atol=bound, rtol=0)
     assert torch.equal(loaded.d2t, head.d2t) and torch.equal(loaded.t2d, head.t2d)
     quantize_linears(loaded, "cpu", "method.head_dtype=int8")
     assert torch.equal(loaded.lm_head.qweight, tensors["lm_head.weight_int8"])
@@ -115,5 +115,5 @@ def test_shipped_eagle3_lm_head_is_int8_rows_that_load_back_as_the_cpu_int8_head
     from specdec_cli.errors import ConfigError
 
     save_file({k: v for k, v in tensors.items() if k != "lm_head.weight_scale"}, str(dest / "model.safetensors"))
-    with pytest.raises(ConfigError, match="'lm_head.weight_int8' needs a 'lm_head.weight_scale' with one scale per row"):
+    with pytest.raises(ConfigError, match="'lm_head.weight_int8' needs a 'lm_head.weight_scale' with one scale"):
         load_eagle3(dest, target)

@@ -33,7 +33,8 @@ class HeadTrainConfig(TrainConfig):
 def check_head(cfg: HeadTrainConfig) -> list[str]:
     out = at_least_one(cfg, ("ttt_steps",))
     if cfg.revocab and (cfg.method.name != "eagle3" or not cfg.init_from):
-        out.append("revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: it needs method=eagle3 and init_from")
+        out.append("revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: "
+                   "it needs method=eagle3 and init_from")
     if not cfg.step_weight > 0:
         out.append(f"step_weight={cfg.step_weight} must be > 0")
     return out + check_init_from(cfg)
