@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from specdec_cli.drafters.eagle3 import Eagle3Head, check_layers, default_layers
+from specdec_cli.drafters.enhancer import draft_ids_of
 from specdec_cli.drafters.learned import arch_config, save_checkpoint
 from specdec_cli.drafters.mtp import MtpHead, shared_head_rows
 from specdec_cli.models import ModelArch, Transformer
@@ -85,21 +86,18 @@ def revocab_eagle3(head: Eagle3Head, target: Transformer, used_ids: torch.Tensor
     """``head`` (trained) over a new draft vocabulary ``used_ids`` (ascending [Vd']): every weight is kept, the
     lm_head rows of ids in both vocabularies too; ids new to the head start as the target's rows (as a fresh
     head's do: a trained head's rows stay close to them)."""
-    old_ids = torch.arange(head.draft_vocab_size, device=head.d2t.device) + head.d2t
+    device = head.fc.weight.device
     wide = Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
                       hidden_layers=head.hidden_layers, draft_vocab_size=used_ids.numel(),
-                      embed_weight=head.embed_weight,
-                      norm_before_residual=head.midlayer.norm_before_residual, dtype=head.fc.weight.dtype,
-                      device=head.fc.weight.device)
+                      embed_weight=head.embed_weight, norm_before_residual=head.midlayer.norm_before_residual,
+                      dtype=head.fc.weight.dtype, device=device)
     missing, _ = wide.load_state_dict({k: v for k, v in head.state_dict().items()
                                        if not k.startswith(("lm_head", "d2t", "t2d"))}, strict=False)
     assert set(missing) == {"lm_head.weight", "d2t", "t2d"}, missing
-    used_ids = used_ids.to(head.fc.weight.device)
-    rows = target.lm_head.weight[used_ids].to(wide.lm_head.weight.dtype).clone()
-    slot = torch.full((target.arch.vocab_size,), -1, dtype=torch.int64, device=used_ids.device)
-    slot[old_ids] = torch.arange(old_ids.numel(), device=used_ids.device)
-    kept = slot[used_ids] >= 0
-    rows[kept] = head.lm_head.weight[slot[used_ids][kept]].to(rows.dtype)
+    rows = target.lm_head.weight[used_ids.to(target.lm_head.weight.device)].to(wide.lm_head.weight)
+    old_rows = draft_ids_of(head.d2t, head.draft_vocab_size, target.arch.vocab_size)[used_ids.cpu()].to(device)
+    kept = old_rows >= 0
+    rows[kept] = head.lm_head.weight[old_rows[kept]].to(rows.dtype)
     wide.lm_head.weight.copy_(rows)
     d2t, t2d = vocab_maps(used_ids.cpu(), target.arch.vocab_size)
     wide.d2t.copy_(d2t)

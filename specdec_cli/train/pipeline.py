@@ -20,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from specdec_cli.config.compose import conf_dir
 from specdec_cli.config.methods import trainable_methods
 from specdec_cli.config.schema import TrainConfig
+from specdec_cli.drafters.enhancer import draft_ids_of
 from specdec_cli.errors import ConfigError
 from specdec_cli.files import atomic_write_json
 from specdec_cli.models import load_model
@@ -161,8 +162,7 @@ def draft_vocab_coverage(d2t: Optional[torch.Tensor], sequences: Sequences, num_
     vocabulary (``d2t`` [Vd]); None for a drafter over the whole vocabulary."""
     if d2t is None or d2t.numel() >= vocab_size:
         return None
-    inside = torch.zeros(vocab_size, dtype=torch.bool)
-    inside[torch.arange(d2t.numel()) + d2t.cpu()] = True
+    inside = draft_ids_of(d2t, d2t.numel(), vocab_size) >= 0
 
     def share(indices: range) -> float:
         responses = [sequences.tokens[i][sequences.prompt_lens[i]:] for i in indices]

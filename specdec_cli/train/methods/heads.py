@@ -9,6 +9,7 @@ import torch
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.mtp import load_mtp
+from specdec_cli.sampling.vocab import draft_to_target_ids
 from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp, revocab_eagle3
 from specdec_cli.train.methods.base import (
     TRAINERS, MethodTrainer, TaskInputs, at_least_one, check_init_from, init_dir, init_from_field,
@@ -60,8 +61,8 @@ def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
         head = load_eagle3(init, target, target_layers=getattr(cfg.method, "target_layers", None),
                            device=target.device)
         ids = draft_vocab_ids(cfg, inputs) if cfg.revocab or inputs.vocab_ids is not None else None
-        current = (torch.arange(head.draft_vocab_size, device=head.d2t.device) + head.d2t).cpu()
-        if ids is not None and not torch.equal(ids.cpu(), current):
+        current = draft_to_target_ids(torch.arange(head.draft_vocab_size, device=head.d2t.device), head.d2t)
+        if ids is not None and not torch.equal(ids.cpu(), current.cpu()):
             head = revocab_eagle3(head, target, ids)
         return HeadTask(head.train(), target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
     ids = draft_vocab_ids(cfg, inputs)
