@@ -1,12 +1,14 @@
 """Stage 3 objectives: what each learned drafter minimises, how it is evaluated and saved.
 
 Every objective is a soft cross-entropy against the target's own distribution (forward KL up to a
-constant), restricted to rows that predict a response token. The target distribution of token
-x_{q+1} is ``softmax(lm_head(final_hidden[q]))``; for a reduced draft vocabulary only its rows of
-the LM head are used, which is the target renormalised over the draft vocabulary (EAGLE-3 §3.4).
+constant; heads may add ``tv_weight`` x the total variation), restricted to rows that predict a
+response token. The target distribution of token x_{q+1} is ``softmax(lm_head(final_hidden[q]))``;
+for a reduced draft vocabulary only its rows of the LM head are used, which is the target
+renormalised over the draft vocabulary (EAGLE-3 §3.4).
 
 Evaluation is teacher-forced on held-out responses: chain step j of an anchor matches when the
-draft's argmax (mapped to target ids) equals the target's argmax at that position.
+draft's argmax (mapped to target ids) equals the target's argmax at that position; heads also give
+the chance that step j, sampled at T=1, is accepted (``overlap``).
 """
 from __future__ import annotations
 
@@ -69,17 +71,35 @@ class Batch:
 
 
 def soft_cross_entropy(rows: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], teacher_rows: torch.Tensor,
-                       teacher_head: torch.Tensor) -> torch.Tensor:
-    """Per row -sum_v p(v) log q(v): rows [M, H], q = softmax(head(rows)); p = softmax(teacher_rows [M, Ht]
-    @ teacher_head [V, Ht].T). Returns [M] float32; chunked, logits recomputed in backward."""
+                       teacher_head: torch.Tensor, tv_weight: float = 0.0) -> torch.Tensor:
+    """Per row -sum_v p(v) log q(v) (+ ``tv_weight`` * TV(p, q) = 1/2 sum_v |p(v) - q(v)|): rows [M, H],
+    q = softmax(head(rows)); p = softmax(teacher_rows [M, Ht] @ teacher_head [V, Ht].T). Returns [M] float32;
+    chunked, logits recomputed in backward. 1 - TV(p, q) is the chance a draft sampled from q is accepted."""
     def chunk(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             p = torch.softmax(F.linear(teacher, teacher_head).float(), dim=-1)
-        return -(p * torch.log_softmax(head(student).float(), dim=-1)).sum(-1)
+        log_q = torch.log_softmax(head(student).float(), dim=-1)
+        loss = -(p * log_q).sum(-1)
+        return loss + tv_weight * 0.5 * (p - log_q.exp()).abs().sum(-1) if tv_weight else loss
 
     parts = [checkpoint(chunk, rows[i : i + LOSS_CHUNK], teacher_rows[i : i + LOSS_CHUNK], use_reentrant=False)
              for i in range(0, rows.shape[0], LOSS_CHUNK)]
     return torch.cat(parts) if parts else rows.sum(-1)  # no rows: an empty loss that still has a graph
+
+
+@torch.no_grad()
+def overlap(student_logits: torch.Tensor, teacher_rows: torch.Tensor, teacher_head: torch.Tensor,
+            draft_ids: Optional[torch.Tensor]) -> torch.Tensor:
+    """sum_v min(p(v), q(v)) per row [M]: q = softmax(student_logits [M, Vd]), p = the target's full distribution
+    softmax(teacher_rows [M, Ht] @ teacher_head [V, Ht].T) at the draft vocabulary's target ids ``draft_ids``
+    [Vd] (None: all of V). A draft sampled from q is accepted with this probability (chunked)."""
+    parts = []
+    for i in range(0, student_logits.shape[0], LOSS_CHUNK):
+        p = torch.softmax(F.linear(teacher_rows[i : i + LOSS_CHUNK], teacher_head).float(), dim=-1)
+        p = p if draft_ids is None else p[:, draft_ids]
+        q = torch.softmax(student_logits[i : i + LOSS_CHUNK].float(), dim=-1)
+        parts.append(torch.minimum(p, q).sum(-1))
+    return torch.cat(parts) if parts else student_logits.new_zeros(0)
 
 
 @torch.no_grad()
@@ -113,14 +133,20 @@ class Task(ABC):
     def save(self, directory: Path) -> Path:
         """Write the loadable artifact."""
 
+    def acceptance_probs(self, batch: Batch, k: int) -> Optional[torch.Tensor]:
+        """[B, L, k]: the chance that chain step j anchored at each row, sampled from the draft at T=1, is
+        accepted by the target at T=1 (``overlap``, teacher-forced); None where the task does not estimate it."""
+        return None
+
 
 class HeadTask(Task):
     """EAGLE-3 / MTP: the head unrolled for ``steps`` chain steps (training-time test), step j weighted
     ``step_weight ** j``; the teacher is the target renormalised over the head's draft vocabulary."""
 
-    def __init__(self, head: FeatureHead, target: Transformer, *, steps: int, step_weight: float) -> None:
+    def __init__(self, head: FeatureHead, target: Transformer, *, steps: int, step_weight: float,
+                 tv_weight: float = 0.0) -> None:
         self.module, self.head, self.target = head, head, target
-        self.steps, self.step_weight = steps, step_weight
+        self.steps, self.step_weight, self.tv_weight = steps, step_weight, tv_weight
         self.feature_layers, self.pad = head.hidden_layers, steps + 1
         self.rope = RotaryTables(head.arch, dtype=torch.float32, device=target.device)
         self.teacher_weight = shared_head_rows(target, head.d2t).detach().float()
@@ -137,8 +163,8 @@ class HeadTask(Task):
         total, per_step = batch.features.new_zeros(()), []
         for step, out in enumerate(outs):
             mask = batch.predicts_response(2 + step)
-            ce = soft_cross_entropy(out[mask], self.head.logits, batch.final(1 + step)[mask], self.teacher_weight).sum()
-            ce = ce / mask.sum().clamp_min(1)
+            ce = soft_cross_entropy(out[mask], self.head.logits, batch.final(1 + step)[mask], self.teacher_weight,
+                                    self.tv_weight).sum() / mask.sum().clamp_min(1)
             total = total + self.step_weight**step * ce
             per_step.append(float(ce.detach()))
         return total, per_step
@@ -152,6 +178,19 @@ class HeadTask(Task):
         match = [draft == teacher[:, 1 + j : 1 + j + length] for j, draft in enumerate(drafts)]
         valid = [batch.predicts_response(2 + j) for j in range(k)]
         return torch.stack(match, -1), torch.stack(valid, -1)
+
+    @torch.no_grad()
+    def acceptance_probs(self, batch: Batch, k: int) -> torch.Tensor:
+        outs = unroll_head(self.head, self.rope, self._head_input(batch), batch.tokens, k)
+        vocab = self.head.draft_vocab_size
+        ids = None if self.head.d2t is None else draft_to_target_ids(torch.arange(vocab, device=self.head.d2t.device),
+                                                                     self.head.d2t)
+        probs = torch.zeros(*outs[0].shape[:2], k, device=outs[0].device)
+        for j, out in enumerate(outs):
+            mask = batch.predicts_response(2 + j)
+            probs[..., j][mask] = overlap(self.head.logits(out[mask]), batch.final(1 + j)[mask],
+                                          self.teacher_full_weight, ids)
+        return probs
 
     def save(self, directory: Path) -> Path:
         if isinstance(self.head, Eagle3Head):
@@ -204,3 +243,12 @@ def chain_stats(match: torch.Tensor, valid: torch.Tensor) -> dict[str, Any]:
         "acceptance_length": float(1 + leading.sum(-1).mean()),
         "conditional": [float(a / r) if r > 0 else 0.0 for a, r in zip(leading.sum(0), reached)],
     }
+
+
+def sampled_chain_length(probs: torch.Tensor, valid: torch.Tensor) -> float:
+    """Expected acceptance length of T=1 chains from per-anchor step acceptance probabilities [N, k]
+    (``Task.acceptance_probs``; anchors = rows whose first step is valid): 1 + sum_j prod_{i<=j} probs_i."""
+    anchors = valid[..., 0]
+    if not anchors.any():
+        return 1.0
+    return float(1 + (probs * valid)[anchors].cumprod(dim=-1).sum(-1).mean())

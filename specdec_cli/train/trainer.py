@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from specdec_cli.files import atomic_write_json
 from specdec_cli.train.features import Sequences
-from specdec_cli.train.tasks import Batch, Task, chain_stats, teacher_argmax
+from specdec_cli.train.tasks import Batch, Task, chain_stats, sampled_chain_length, teacher_argmax
 
 LOG_EVERY = 10
 
@@ -119,27 +119,35 @@ class Trainer:
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict[str, Any]:
-        """Greedy chain statistics (``chain_stats``) over the held-out sequences."""
+        """Greedy chain statistics (``chain_stats``) over the held-out sequences, and the expected T=1 chain
+        length (``sampled_acceptance_length``) where the task estimates it."""
         if self._eval_batches is None:
             size = self.options.batch_size
             self._eval_batches = [self.batch(self.eval_indices[i : i + size])
                                   for i in range(0, len(self.eval_indices), size)]
             for batch in self._eval_batches:
                 batch.teacher_argmax = teacher_argmax(batch.final(0), self.task.teacher_full_weight)
-        self.task.module.eval()
-        results = [self.task.matches(batch, self.options.eval_k) for batch in self._eval_batches]
-        self.task.module.train()
         k = self.options.eval_k
+        self.task.module.eval()
+        results = [self.task.matches(batch, k) for batch in self._eval_batches]
+        probs = [self.task.acceptance_probs(batch, k) for batch in self._eval_batches]
+        self.task.module.train()
         match = torch.cat([m.reshape(-1, k) for m, _ in results])
         valid = torch.cat([v.reshape(-1, k) for _, v in results])
-        return chain_stats(match, valid)
+        stats = chain_stats(match, valid)
+        if all(p is not None for p in probs):
+            stats["sampled_acceptance_length"] = sampled_chain_length(torch.cat([p.reshape(-1, k) for p in probs]),
+                                                                      valid)
+        return stats
 
     def _report(self, stats: dict[str, Any], progress: Progress) -> None:
         self.log({"step": self.step, "eval": stats})
         conditional = "/".join(f"{a:.2f}" for a in stats["conditional"])
+        sampled = (f"; T=1 acceptance length {stats['sampled_acceptance_length']:.3f}"
+                   if "sampled_acceptance_length" in stats else "")
         progress.console.print(f"step {self.step}: held-out top-1 {stats['top1']:.3f}, greedy acceptance length "
                                f"{stats['acceptance_length']:.3f} (K={self.options.eval_k}; per step {conditional}; "
-                               f"{stats['anchors']} anchors)", markup=False, highlight=False, soft_wrap=True)
+                               f"{stats['anchors']} anchors)" + sampled, markup=False, highlight=False, soft_wrap=True)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:

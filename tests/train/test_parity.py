@@ -140,7 +140,8 @@ def test_engine_acceptance_equals_the_trainers_held_out_evaluation(embedded, hel
     batch = trainer.batch(trainer.eval_indices)
     batch.teacher_argmax = teacher_argmax(batch.final(0), task.teacher_full_weight)
     match, valid = task.matches(batch, K)
-    assert chain_stats(match.reshape(-1, K), valid.reshape(-1, K)) == evaluation
+    greedy = {key: value for key, value in evaluation.items() if key != "sampled_acceptance_length"}
+    assert chain_stats(match.reshape(-1, K), valid.reshape(-1, K)) == greedy
     steps = [replay_engine_walk(match[i], len(prompt), MAX_NEW, K, row_shift)
              for i, (prompt, _) in enumerate(held_out_pairs)]
     proposed_at, accepted_at, verify_steps, emitted = _walk_counts([s for walk in steps for s in walk], K)

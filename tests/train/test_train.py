@@ -21,7 +21,9 @@ from specdec_cli.train.methods import TRAINERS, TaskInputs
 from specdec_cli.train.pipeline import check_train_config
 from specdec_cli.train.methods.heads import HeadTrainConfig
 from specdec_cli.train.heads import draft_vocabulary, new_draft_model, new_eagle3, new_mtp, vocab_maps
-from specdec_cli.train.tasks import DraftModelTask, HeadTask, Task, chain_stats
+from specdec_cli.train.tasks import (
+    DraftModelTask, HeadTask, Task, chain_stats, overlap, sampled_chain_length, soft_cross_entropy,
+)
 from specdec_cli.train.trainer import Trainer, TrainOptions, learning_rate
 
 VOCAB = 16
@@ -66,6 +68,8 @@ def test_training_lowers_the_loss_and_checkpoints_round_trip(target, sequences, 
     first, last = losses(tmp_path)[0], losses(tmp_path)[-1]
     assert last < first, (first, last)
     assert summary["steps"] == 20 and summary["eval"]["anchors"] > 0
+    sampled = summary["eval"].get("sampled_acceptance_length")  # heads estimate their T=1 chains too
+    assert (sampled is None) == (method == "draft_target") and (sampled is None or 1 < sampled < 3)
     artifact = tmp_path / "draft"
     if method == "draft_target":
         loaded = load_hf_dir(artifact, dtype=torch.float32, device="cpu")
@@ -152,6 +156,46 @@ def test_chain_stats_counts_leading_matches() -> None:
     assert stats["top1"] == pytest.approx(2 / 3)
     assert stats["acceptance_length"] == pytest.approx(1 + (2 + 1 + 0) / 3)
     assert stats["conditional"] == pytest.approx([2 / 3, 1 / 2, 0.0])
+
+
+def test_sampled_chain_length_multiplies_step_acceptance_along_each_chain() -> None:
+    probs = torch.tensor([[0.5, 0.5], [1.0, 0.0], [0.9, 0.9]])
+    valid = torch.tensor([[True, True], [True, True], [False, False]])  # the third row is no anchor
+    assert sampled_chain_length(probs, valid) == pytest.approx(1 + ((0.5 + 0.25) + (1.0 + 0.0)) / 2)
+
+
+def test_overlap_is_the_chance_that_a_sampled_draft_is_accepted() -> None:
+    generator = torch.Generator().manual_seed(0)
+    weight, rows = torch.randn(12, 8, generator=generator), torch.randn(3, 8, generator=generator)
+    target_logits = rows @ weight.T
+    assert torch.allclose(overlap(target_logits, rows, weight, None), torch.ones(3))
+    ids = torch.tensor([0, 2, 3, 7, 11])  # a draft vocabulary: q renormalises p over it, so min(p, q) = p there
+    p = torch.softmax(target_logits, -1)
+    assert torch.allclose(overlap(target_logits[:, ids], rows, weight, ids), p[:, ids].sum(-1))
+    # against rejection sampling itself: draw x ~ q, accept with min(1, p(x) / q(x))
+    student = torch.randn(1, ids.numel(), generator=generator)
+    q = torch.softmax(student, -1)[0]
+    drafts = torch.multinomial(q, 200_000, replacement=True, generator=generator)
+    accept = (p[0, ids] / q).clamp(max=1)[drafts]
+    expected = float(overlap(student, rows[:1], weight, ids))
+    assert float(accept.mean()) == pytest.approx(expected, abs=4e-3)
+
+
+def test_the_tv_term_adds_total_variation_to_the_soft_cross_entropy() -> None:
+    generator = torch.Generator().manual_seed(1)
+    student_head, teacher_head = torch.randn(10, 6, generator=generator), torch.randn(10, 6, generator=generator)
+    rows = torch.randn(4, 6, generator=generator, requires_grad=True)
+    teacher_rows = torch.randn(4, 6, generator=generator)
+    head = lambda x: x @ student_head.T  # noqa: E731
+    p, q = torch.softmax(teacher_rows @ teacher_head.T, -1), torch.softmax(head(rows), -1)
+    tv = 0.5 * (p - q).abs().sum(-1)
+    plain = soft_cross_entropy(rows, head, teacher_rows, teacher_head)
+    mixed = soft_cross_entropy(rows, head, teacher_rows, teacher_head, tv_weight=2.0)
+    assert torch.allclose(mixed, plain + 2.0 * tv)
+    (grad_plain,) = torch.autograd.grad(plain.sum(), rows)
+    (grad_mixed,) = torch.autograd.grad(mixed.sum(), rows)
+    (grad_tv,) = torch.autograd.grad(tv.sum(), rows)
+    assert torch.allclose(grad_mixed, grad_plain + 2.0 * grad_tv, atol=1e-6)
 
 
 def test_feature_cache_resumes_and_matches_online_features(target, sequences, tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
     (["stepz=5"], ["error: Could not override 'stepz'"]),
     (["+learning_rate=1"], ["error: learning_rate is not a field of TrainConfig"]),
     (["steps=0", "lr=-1"], ["error: steps=0 must be >= 1", "error: lr=-1.0 must be > 0"]),
+    (["method=eagle3", "tv_weight=-1"], ["error: tv_weight=-1.0 must be >= 0"]),
 ])
 def test_bad_train_configs_exit_2_with_one_line_each(monkeypatch, capsys, tmp_path: Path, args, expected) -> None:
     code, _, err = specdec(monkeypatch, capsys, "train", *args, f"hydra.run.dir={tmp_path}", *QUIET)

@@ -8,6 +8,7 @@ import torch
 
 from specdec_cli.config.schema import TrainConfig
 from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.feature_head import FeatureHead
 from specdec_cli.drafters.mtp import load_mtp
 from specdec_cli.sampling.vocab import draft_to_target_ids
 from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp, revocab_eagle3
@@ -23,6 +24,8 @@ class HeadTrainConfig(TrainConfig):
 
     ttt_steps: int = 3  # chain steps unrolled per example (training-time test; 1: none)
     step_weight: float = 0.8  # loss weight of unrolled step j is step_weight ** j
+    # plus tv_weight * the total variation between head and target (1 - TV: a T=1 draft's acceptance chance)
+    tv_weight: float = 0.0
     draft_vocab_size: int = 8192  # most frequent response tokens (d2t); <= 0: the target's vocabulary
     # eagle3 with init_from: rebuild the draft vocabulary from this corpus at draft_vocab_size (trained rows kept,
     # new ids start at the target's rows); false: keep the checkpoint's vocabulary
@@ -38,6 +41,8 @@ def check_head(cfg: HeadTrainConfig) -> list[str]:
                    "it needs method=eagle3 and init_from")
     if not cfg.step_weight > 0:
         out.append(f"step_weight={cfg.step_weight} must be > 0")
+    if not cfg.tv_weight >= 0:
+        out.append(f"tv_weight={cfg.tv_weight} must be >= 0")
     return out + check_init_from(cfg)
 
 
@@ -55,6 +60,10 @@ def draft_vocab_ids(cfg: HeadTrainConfig, inputs: TaskInputs) -> torch.Tensor | 
     return draft_vocabulary(responses, prompts, cfg.draft_vocab_size)
 
 
+def head_task(head: FeatureHead, cfg: HeadTrainConfig, inputs: TaskInputs) -> HeadTask:
+    return HeadTask(head, inputs.target, steps=cfg.ttt_steps, step_weight=cfg.step_weight, tv_weight=cfg.tv_weight)
+
+
 def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
     init, target = init_dir(cfg), inputs.target
     if init is not None:
@@ -64,11 +73,11 @@ def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
         current = draft_to_target_ids(torch.arange(head.draft_vocab_size, device=head.d2t.device), head.d2t)
         if ids is not None and not torch.equal(ids.cpu(), current.cpu()):
             head = revocab_eagle3(head, target, ids)
-        return HeadTask(head.train(), target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
+        return head_task(head.train(), cfg, inputs)
     ids = draft_vocab_ids(cfg, inputs)
     ids = ids if ids is not None else torch.arange(inputs.target.arch.vocab_size)
     head = new_eagle3(inputs.target, ids, hidden_layers=getattr(cfg.method, "target_layers", None), seed=cfg.seed)
-    return HeadTask(head, inputs.target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
+    return head_task(head, cfg, inputs)
 
 
 def build_mtp_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
@@ -77,7 +86,7 @@ def build_mtp_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
         head = load_mtp(init, inputs.target, device=inputs.target.device).train()
     else:
         head = new_mtp(inputs.target, draft_vocab_ids(cfg, inputs), seed=cfg.seed)
-    return HeadTask(head, inputs.target, steps=cfg.ttt_steps, step_weight=cfg.step_weight)
+    return head_task(head, cfg, inputs)
 
 
 TRAINERS.register("eagle3")(MethodTrainer(HeadTrainConfig, build_eagle3_task, check_head))
