@@ -63,7 +63,7 @@ def features_in_use(cfg: RunConfig) -> dict[str, bool]:
         "confidence_stop": cfg.method.draft_confidence > 0,
         "suffix_enhancer": cfg.method.suffix_enhancer is True,  # auto (None) is never a violation
         "adaptive_skip": cfg.method.adaptive_min_accept > 0,
-        "draft_tree": (cfg.method.tree_topk or 1) > 1 or cfg.method.max_total_draft_tokens is not None,
+        "draft_tree": cfg.method.drafts_a_tree or cfg.method.max_total_draft_tokens is not None,
     }
 
 

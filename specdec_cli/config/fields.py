@@ -127,7 +127,7 @@ def _check_tree_size(method: MethodConfig) -> list[str]:
 
 def check_tree(cfg: RunConfig) -> list[str]:
     """What a dynamic draft tree (method.tree_topk > 1) cannot be combined with (yet)."""
-    if (cfg.method.tree_topk or 1) <= 1:
+    if not cfg.method.drafts_a_tree:
         return []
     why = "method.tree_topk > 1 (a dynamic draft tree)"
     out = []

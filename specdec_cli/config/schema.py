@@ -50,6 +50,11 @@ class MethodConfig:
     tree_topk: Optional[int] = 1
     max_total_draft_tokens: Optional[int] = None
 
+    @property
+    def drafts_a_tree(self) -> bool:
+        """tree_topk > 1 (auto, None, counts as the chain until `specdec run` resolves it)."""
+        return (self.tree_topk or 1) > 1
+
 
 @dataclass
 class NoneMethodConfig(MethodConfig):

@@ -188,7 +188,7 @@ def check_layers(layers: Sequence[int], num_layers: int, source: str) -> tuple[i
 def build_eagle3(cfg: Eagle3MethodConfig, deps: DrafterDeps) -> Drafter:
     path = cfg.checkpoint or shipped_checkpoint("eagle3", "checkpoint")
     head = load_head(load_eagle3, path, cfg.head_dtype, deps, target_layers=cfg.target_layers)
-    if (cfg.tree_topk or 1) > 1:  # unresolved auto (None): the chain; `specdec run` resolves it first
+    if cfg.drafts_a_tree:
         return TreeFeatureDrafter(head, deps.target, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len,
                                   policy=cfg.draft_policy, topk=cfg.tree_topk, max_depth=cfg.num_draft_tokens)
     return FeatureDrafter(head, deps.target, num_slots=deps.num_slots, max_seq_len=deps.max_seq_len,
