@@ -75,6 +75,8 @@ def test_train_pipeline_end_to_end_and_resume(monkeypatch, capsys, tmp_path: Pat
     code, out, err = specdec(monkeypatch, capsys, *common, "steps=3")
     assert code == 0, err
     assert "16 training sequences" in out and "4 held-out" in out and "greedy acceptance length" in out
+    sampled = json.loads((tmp_path / "run" / "train.json").read_text())["eval"]["sampled_acceptance_length"]
+    assert f"T=1 {sampled:.3f}" in out  # the expected T=1 chain length, in the summary table too
     assert len(list((tmp_path / "cache" / "features").glob("*/features.npy"))) == 1
     head = load_eagle3(tmp_path / "run" / "eagle3", target)
     assert head.draft_vocab_size == 12 and head.hidden_layers == (0, 1, 1)
