@@ -87,9 +87,10 @@ def _execute(config: DictConfig) -> dict:
             "drafter": summary["artifact"]}
     if summary["eval"]:
         stats = summary["eval"]
-        rows["held-out"] = (f"top-1 {stats['top1']:.3f}, greedy acceptance length {stats['acceptance_length']:.3f}"
-                            + (f", T=1 {stats['sampled_acceptance_length']:.3f}" if "sampled_acceptance_length" in stats
-                               else "") + f" (K={cfg.method.num_draft_tokens})")
+        held_out = f"top-1 {stats['top1']:.3f}, greedy acceptance length {stats['acceptance_length']:.3f}"
+        if "sampled_acceptance_length" in stats:
+            held_out += f", T=1 {stats['sampled_acceptance_length']:.3f}"
+        rows["held-out"] = f"{held_out} (K={cfg.method.num_draft_tokens})"
     for key, value in rows.items():
         table.add_row(key, Text(value))
     console.print(table)
