@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=Path, default=Path("benchmarks/prompts/unseen.jsonl"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results_unseen.md"))
     parser.add_argument("--dtype", choices=["float32", "int8"], default="float32", help="the target's model.dtype")
+    parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed SEED + i (T > 0)")
     args = parser.parse_args()
     command = "python " + " ".join(sys.argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -96,7 +97,8 @@ def main() -> None:
                 engine.stats = stats.setdefault((temperature, name), SpecStats())
                 steps, emitted = engine.stats.verify_steps, engine.stats.emitted_tokens
                 request = Request(id=str(index), prompt_token_ids=ids, max_new_tokens=args.max_new,
-                                  params=SamplingParams(temperature, seed=index), eos_token_ids=(tokenizer.eos_token_id,))
+                                  params=SamplingParams(temperature, seed=args.seed + index),
+                                  eos_token_ids=(tokenizer.eos_token_id,))
                 start = time.perf_counter()
                 engine.add_request(request)
                 while engine.has_work():
