@@ -133,10 +133,11 @@ class Task(ABC):
     def save(self, directory: Path) -> Path:
         """Write the loadable artifact."""
 
-    def acceptance_probs(self, batch: Batch, k: int) -> Optional[torch.Tensor]:
-        """[B, L, k]: the chance that chain step j anchored at each row, sampled from the draft at T=1, is
-        accepted by the target at T=1 (``overlap``, teacher-forced); None where the task does not estimate it."""
-        return None
+    def evaluation(self, batch: Batch, k: int) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """(match, valid, probs): ``matches`` and, where the task estimates it, [B, L, k] the chance that chain
+        step j anchored at each row, sampled from the draft at T=1, is accepted by the target at T=1
+        (``overlap``, teacher-forced); None elsewhere."""
+        return *self.matches(batch, k), None
 
 
 class HeadTask(Task):
@@ -171,18 +172,23 @@ class HeadTask(Task):
 
     @torch.no_grad()
     def matches(self, batch: Batch, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        outs = unroll_head(self.head, self.rope, self._head_input(batch), batch.tokens, k)
-        length = batch.features.shape[1]
+        return self._matches(batch, unroll_head(self.head, self.rope, self._head_input(batch), batch.tokens, k))
+
+    @torch.no_grad()
+    def evaluation(self, batch: Batch, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        outs = unroll_head(self.head, self.rope, self._head_input(batch), batch.tokens, k)  # once for both
+        return *self._matches(batch, outs), self._acceptance_probs(batch, outs)
+
+    def _matches(self, batch: Batch, outs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        k, length = len(outs), batch.features.shape[1]
         teacher = F.pad(batch.teacher_argmax, (0, k + 1), value=-1)
         drafts = [draft_to_target_ids(self.head.logits(out).argmax(-1), self.head.d2t) for out in outs]
         match = [draft == teacher[:, 1 + j : 1 + j + length] for j, draft in enumerate(drafts)]
         valid = [batch.predicts_response(2 + j) for j in range(k)]
         return torch.stack(match, -1), torch.stack(valid, -1)
 
-    @torch.no_grad()
-    def acceptance_probs(self, batch: Batch, k: int) -> torch.Tensor:
-        outs = unroll_head(self.head, self.rope, self._head_input(batch), batch.tokens, k)
-        vocab = self.head.draft_vocab_size
+    def _acceptance_probs(self, batch: Batch, outs: list[torch.Tensor]) -> torch.Tensor:
+        k, vocab = len(outs), self.head.draft_vocab_size
         ids = None if self.head.d2t is None else draft_to_target_ids(torch.arange(vocab, device=self.head.d2t.device),
                                                                      self.head.d2t)
         probs = torch.zeros(*outs[0].shape[:2], k, device=outs[0].device)
@@ -247,7 +253,7 @@ def chain_stats(match: torch.Tensor, valid: torch.Tensor) -> dict[str, Any]:
 
 def sampled_chain_length(probs: torch.Tensor, valid: torch.Tensor) -> float:
     """Expected acceptance length of T=1 chains from per-anchor step acceptance probabilities [N, k]
-    (``Task.acceptance_probs``; anchors = rows whose first step is valid): 1 + sum_j prod_{i<=j} probs_i."""
+    (``Task.evaluation``; anchors = rows whose first step is valid): 1 + sum_j prod_{i<=j} probs_i."""
     anchors = valid[..., 0]
     if not anchors.any():
         return 1.0

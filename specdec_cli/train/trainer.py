@@ -129,11 +129,11 @@ class Trainer:
                 batch.teacher_argmax = teacher_argmax(batch.final(0), self.task.teacher_full_weight)
         k = self.options.eval_k
         self.task.module.eval()
-        results = [self.task.matches(batch, k) for batch in self._eval_batches]
-        probs = [self.task.acceptance_probs(batch, k) for batch in self._eval_batches]
+        results = [self.task.evaluation(batch, k) for batch in self._eval_batches]
         self.task.module.train()
-        match = torch.cat([m.reshape(-1, k) for m, _ in results])
-        valid = torch.cat([v.reshape(-1, k) for _, v in results])
+        match = torch.cat([m.reshape(-1, k) for m, _, _ in results])
+        valid = torch.cat([v.reshape(-1, k) for _, v, _ in results])
+        probs = [p for _, _, p in results]
         stats = chain_stats(match, valid)
         if all(p is not None for p in probs):
             stats["sampled_acceptance_length"] = sampled_chain_length(torch.cat([p.reshape(-1, k) for p in probs]),
