@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from specdec_cli.registry import Registry
-from specdec_cli.sampling import expand_draft_probs, probs_from_logits, sample_from_probs
+from specdec_cli.sampling import expand_draft_probs, one_hot, probs_from_logits, sample_from_probs
 from specdec_cli.sampling.params import BatchParams
 
 if TYPE_CHECKING:
@@ -58,11 +58,14 @@ class Proposal:
                  when draft ids are target ids: a drafter with ``d2t`` always returns draft_probs (its
                  deterministic drafts as one-hot rows in draft ids).
     num_drafts:  [R] real drafts per request (0..k)
+    one_hot_rows: rows whose q is one-hot at their ``tokens`` in the **target** vocabulary, whatever
+                 ``draft_probs`` holds there (retrieval drafts, which may lie outside a reduced draft vocabulary)
     """
 
     tokens: torch.Tensor
     draft_probs: Optional[torch.Tensor]
     num_drafts: list[int]
+    one_hot_rows: tuple[int, ...] = ()
 
     @classmethod
     def from_token_lists(cls, drafts: list[list[int]], k: int) -> "Proposal":
@@ -78,12 +81,16 @@ class Proposal:
         to q), or one-hot at ``tokens`` when there is none. A one-hot proposal from a drafter with a reduced
         vocabulary is refused: its tokens are target ids and cannot index draft-vocabulary rows."""
         if self.draft_probs is not None:
-            return expand_draft_probs(self.draft_probs, d2t, vocab_size)
+            probs = expand_draft_probs(self.draft_probs, d2t, vocab_size)
+            if self.one_hot_rows:
+                rows = torch.tensor(self.one_hot_rows, device=probs.device)
+                probs = probs.clone() if probs is self.draft_probs else probs
+                probs[rows] = one_hot(self.tokens[rows].to(probs.device), vocab_size)
+            return probs
         if d2t is not None:
             raise ValueError("a drafter with a reduced vocabulary (d2t) must report draft_probs: "
                              "one-hot rows at target ids would land on the wrong draft-vocabulary ids")
-        return torch.zeros(*self.tokens.shape, vocab_size, device=self.tokens.device).scatter_(
-            -1, self.tokens[..., None], 1.0)
+        return one_hot(self.tokens, vocab_size)
 
 
 class Drafter(ABC):

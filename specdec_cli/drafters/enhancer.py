@@ -5,16 +5,18 @@ request's own prompt + output that occurred earlier. When that match has at leas
 request's drafts are the retrieval continuation (what followed the earlier occurrence, up to k tokens) with a
 one-hot q, the q they were "drawn" from; otherwise they are the model's, with the model's q.
 
-Positions: an overridden request sends only retrieval tokens. Its chain ends where the continuation ends
-(the match reached the newest tokens, or a token outside the draft vocabulary: a one-hot q must be a row of
-the draft vocabulary) and is never continued with model drafts, which were conditioned on the model's own
-earlier tokens, not on the retrieval ones. So every sent token's q is exactly the distribution it was drawn
-from and rejection sampling stays exact at T > 0. The model still runs on overridden requests (one draft,
+Positions: an overridden request sends only retrieval tokens. Its chain ends where the continuation ends (the
+match reached the newest tokens) and is never continued with model drafts, which were conditioned on the model's
+own earlier tokens, not on the retrieval ones. The retrieval tokens are target ids and their q is one-hot there
+(``Proposal.one_hot_rows``), so a token outside a reduced draft vocabulary (a rare word copied from the prompt:
+the tokens retrieval is best at) is drafted too. So every sent token's q is exactly the distribution it was
+drawn from and rejection sampling stays exact at T > 0. The model still runs on overridden requests (one draft,
 discarded) so that a drafter fed by target features stays caught up.
 
 Trees (``propose_tree``, EAGLE-3 with ``method.tree_topk > 1``): an overridden request's tree is the retrieval
-continuation as a chain of nodes (one-hot q: ``DraftTree.draft_probs`` None), else the model's tree. Whether a
-request is overridden depends only on its committed tokens, never on a draw, so tree rejection stays exact.
+continuation as a chain of nodes (one-hot q in target ids: ``DraftTree.draft_probs`` None), else the model's
+tree. Whether a request is overridden depends only on its committed tokens, never on a draw, so tree rejection
+stays exact.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from specdec_cli.config.schema import SuffixMethodConfig
 from specdec_cli.drafters.base import Drafter, DraftRequest, Proposal
 from specdec_cli.drafters.eagle3_tree import DraftTree
 from specdec_cli.drafters.suffix import SuffixDrafter
-from specdec_cli.sampling.params import BatchParams
+from specdec_cli.sampling import BatchParams, one_hot
 
 
 class SuffixEnhancer(Drafter):
@@ -38,7 +40,6 @@ class SuffixEnhancer(Drafter):
         self.draft_vocab_size, self.d2t = model.draft_vocab_size, model.d2t
         self.has_proposal_distribution = model.has_proposal_distribution
         self.hidden_layers, self.needs_final_hidden = model.hidden_layers, model.needs_final_hidden
-        self.draft_id = draft_ids_of(model.d2t, model.draft_vocab_size, vocab_size)
         self.overridden = 0  # requests whose drafts were the retrieval continuation (one per step)
 
     def add_request(self, slot: int, prompt_ids: list[int]) -> None:
@@ -55,7 +56,7 @@ class SuffixEnhancer(Drafter):
 
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         found = self.retrieval.propose(requests, k, params)
-        lengths = [self._representable(found.tokens[row, :num]) for row, num in enumerate(found.num_drafts)]
+        lengths = found.num_drafts
         device = params.temperature.device  # the model's; retrieval runs on the host and is copied once
         tokens = torch.zeros(len(requests), k, dtype=torch.int64, device=device)
         probs = torch.zeros(len(requests), k, self.draft_vocab_size, device=device)
@@ -63,45 +64,29 @@ class SuffixEnhancer(Drafter):
         for overridden, rows in _groups(lengths).items():
             proposal = self.model.propose([requests[r] for r in rows], 1 if overridden else k, params.select(rows))
             if overridden:
+                tokens[rows] = found.tokens[rows].to(device)
                 continue  # the model only kept up with these requests
             tokens[rows] = proposal.tokens
-            probs[rows] = proposal.draft_probs if proposal.draft_probs is not None else _one_hot(
+            probs[rows] = proposal.draft_probs if proposal.draft_probs is not None else one_hot(
                 proposal.tokens, self.draft_vocab_size)
             for row, num in zip(rows, proposal.num_drafts):
                 num_drafts[row] = num
-        for row, num in enumerate(lengths):
-            if num:
-                tokens[row, :num] = found.tokens[row, :num].to(device)
-                probs[row, torch.arange(num, device=device), self.draft_id[found.tokens[row, :num]].to(device)] = 1.0
-        self.overridden += sum(1 for num in lengths if num)
-        return Proposal(tokens=tokens, draft_probs=probs, num_drafts=num_drafts)
+        overridden_rows = tuple(row for row, num in enumerate(lengths) if num)
+        self.overridden += len(overridden_rows)
+        return Proposal(tokens=tokens, draft_probs=probs, num_drafts=num_drafts, one_hot_rows=overridden_rows)
 
     def propose_tree(self, request: DraftRequest, depth: int, max_nodes: int,
                      params: Optional[BatchParams] = None) -> DraftTree:
         """The retrieval continuation as a chain-shaped tree where the request's suffix matches (the model's tree
         drafter still catches up, its one-node tree discarded), else the model's tree (``propose_tree``'s
         contract)."""
-        length = min(depth, max_nodes)
-        found = self.retrieval.propose([request], length, params)
-        num = self._representable(found.tokens[0, : found.num_drafts[0]])
+        found = self.retrieval.propose([request], min(depth, max_nodes), params)
+        num = found.num_drafts[0]
         tree = self.model.propose_tree(request, 1 if num else depth, 1 if num else max_nodes, params)
         if not num:
             return tree
         self.overridden += 1
         return DraftTree(found.tokens[0, :num].tolist(), list(range(-1, num - 1)), list(range(1, num + 1)))
-
-    def _representable(self, tokens: torch.Tensor) -> int:
-        """How many leading ``tokens`` (target ids) have a draft-vocabulary id."""
-        outside = (self.draft_id[tokens] < 0).nonzero()
-        return int(outside[0, 0]) if outside.numel() else tokens.numel()
-
-
-def draft_ids_of(d2t: Optional[torch.Tensor], draft_vocab_size: int, vocab_size: int) -> torch.Tensor:
-    """target id -> draft id [V] int64, -1 where the draft vocabulary has no such token."""
-    lookup = torch.full((vocab_size,), -1, dtype=torch.int64, device="cpu")
-    draft = torch.arange(min(draft_vocab_size, vocab_size) if d2t is None else draft_vocab_size, device="cpu")
-    lookup[draft if d2t is None else draft + d2t.cpu()] = draft
-    return lookup
 
 
 def _groups(lengths: list[int]) -> dict[bool, list[int]]:
@@ -111,6 +96,3 @@ def _groups(lengths: list[int]) -> dict[bool, list[int]]:
         groups.setdefault(num > 0, []).append(row)
     return groups
 
-
-def _one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
-    return torch.zeros(*tokens.shape, vocab, device=tokens.device).scatter_(-1, tokens[..., None], 1.0)

@@ -36,18 +36,20 @@ from specdec_cli.sampling.params import BatchParams
 from specdec_cli.sampling.probs import SamplingError, probs_from_logits
 from specdec_cli.sampling.reference import rejection_sample_reference
 from specdec_cli.sampling.sample import filtered_probs, sample_tokens
-from specdec_cli.sampling.vocab import draft_to_target_ids, expand_draft_probs
+from specdec_cli.sampling.vocab import draft_ids_of, draft_to_target_ids, expand_draft_probs, one_hot
 
 __all__ = [
     "PLACEHOLDER_TOKEN_ID",
     "BatchParams",
     "Generators",
     "SamplingError",
+    "draft_ids_of",
     "draft_to_target_ids",
     "draw_uniforms",
     "expand_draft_probs",
     "filtered_probs",
     "greedy_accept",
+    "one_hot",
     "probs_from_logits",
     "rejection_sample",
     "rejection_sample_reference",

@@ -41,6 +41,19 @@ def expand_draft_probs(draft_probs: torch.Tensor, d2t: Optional[torch.Tensor], v
     return expanded.index_copy_(-1, target_ids, draft_probs)
 
 
+def one_hot(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """tokens [...] int64 -> [..., vocab_size] float32 rows, 1 at each token (a deterministic draft's q)."""
+    return torch.zeros(*tokens.shape, vocab_size, device=tokens.device).scatter_(-1, tokens[..., None], 1.0)
+
+
+def draft_ids_of(d2t: Optional[torch.Tensor], draft_vocab_size: int, vocab_size: int) -> torch.Tensor:
+    """target id -> draft id [V] int64 (host), -1 where the draft vocabulary has no such token."""
+    lookup = torch.full((vocab_size,), -1, dtype=torch.int64, device="cpu")
+    draft = torch.arange(min(draft_vocab_size, vocab_size) if d2t is None else draft_vocab_size, device="cpu")
+    lookup[draft if d2t is None else draft + d2t.cpu()] = draft
+    return lookup
+
+
 _CHECKED: dict[int, tuple[weakref.ref, int, int, torch.Tensor]] = {}  # id(d2t) -> (d2t, version, V, target ids)
 
 

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from specdec_cli.drafters.eagle3 import Eagle3Head, check_layers, default_layers
-from specdec_cli.drafters.enhancer import draft_ids_of
 from specdec_cli.drafters.learned import arch_config, save_checkpoint
 from specdec_cli.drafters.mtp import MtpHead, shared_head_rows
 from specdec_cli.models import ModelArch, Transformer
+from specdec_cli.sampling import draft_ids_of
 
 INIT_STD = 0.02
 

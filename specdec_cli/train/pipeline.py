@@ -20,11 +20,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from specdec_cli.config.compose import conf_dir
 from specdec_cli.config.methods import trainable_methods
 from specdec_cli.config.schema import TrainConfig
-from specdec_cli.drafters.enhancer import draft_ids_of
 from specdec_cli.errors import ConfigError
 from specdec_cli.files import atomic_write_json
 from specdec_cli.models import load_model
 from specdec_cli.models.loading import COMPUTE_DTYPES, EMBEDDED_NAME
+from specdec_cli.sampling import draft_ids_of
 from specdec_cli.train.data import CorpusSpec, generate_corpus, load_corpus
 from specdec_cli.train.features import (
     CachedFeatures,

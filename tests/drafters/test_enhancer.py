@@ -1,6 +1,6 @@
 """The suffix enhancer over every model drafter: where the request's own text repeats, its drafts are the
-retrieval continuation with a one-hot q (in the draft vocabulary, also under d2t); the output stays the
-target's (greedy: identical; T > 0: its law, rejection sampling on)."""
+retrieval continuation with a one-hot q at its target ids (also under d2t, also outside the draft vocabulary);
+the output stays the target's (greedy: identical; T > 0: its law, rejection sampling on)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +10,9 @@ import torch
 
 from adaptive_toys import K, METHODS, law_check, skipping_engine
 from specdec_cli.drafters.base import DraftRequest
-from specdec_cli.drafters.enhancer import SuffixEnhancer, draft_ids_of
+from specdec_cli.drafters.enhancer import SuffixEnhancer
 from specdec_cli.engine.adaptive import SkipRule
+from specdec_cli.sampling import one_hot
 from toy_engine import GREEDY, PROMPTS, generate, make_engine
 from toys import DRAFT_IDS, VOCAB, batch_params, build
 
@@ -31,31 +32,32 @@ def test_a_long_enough_match_overrides_the_model(target, name: str) -> None:
         drafter.add_request(slot, context)
     requests = [DraftRequest(slot=s, token_ids=list(c)) for s, c in enumerate([REPEATING, FRESH])]
     proposal = drafter.propose(requests, K, batch_params(2, 1.0))
-    lookup = draft_ids_of(drafter.d2t, drafter.draft_vocab_size, VOCAB)
     continuation = [4, 5, 6, 1]
-    if name == "eagle3":  # 4 and 7 are outside the reduced draft vocabulary: the override ends before them
-        assert lookup[4] < 0
-        continuation = []
-    if continuation:
-        assert proposal.num_drafts[0] == len(continuation)
-        assert proposal.tokens[0, : len(continuation)].tolist() == continuation
-        one_hot = torch.zeros(len(continuation), drafter.draft_vocab_size)
-        one_hot[torch.arange(len(continuation)), lookup[torch.tensor(continuation)]] = 1.0
-        assert torch.equal(proposal.draft_probs[0, : len(continuation)], one_hot)
-    assert drafter.overridden == (1 if continuation else 0)
+    assert proposal.num_drafts[0] == len(continuation) and drafter.overridden == 1
+    assert proposal.tokens[0, : len(continuation)].tolist() == continuation
+    assert proposal.one_hot_rows == (0,)
+    q = proposal.target_probs(drafter.d2t, VOCAB)[0, : len(continuation)]
+    assert torch.equal(q, one_hot(torch.tensor(continuation), VOCAB))
     fresh_q = proposal.draft_probs[1, : proposal.num_drafts[1]]
     assert proposal.num_drafts[1] >= 1 and torch.allclose(fresh_q.sum(-1), torch.ones(len(fresh_q)))
 
 
-def test_the_override_stops_at_a_token_outside_the_draft_vocabulary(target) -> None:
-    drafter = build(target, enhanced("eagle3", min_match=2), 1)
+def test_the_override_drafts_tokens_outside_the_draft_vocabulary(target) -> None:
+    """Retrieval copies rare tokens best, which a reduced draft vocabulary lacks: they are drafted with q one-hot
+    at their target ids, and the model rows of the same batch keep their own q."""
+    drafter = build(target, enhanced("eagle3", min_match=2), 2)
     context = [0, 1, 2, 5, 4, 0, 1, 2]  # continuation [5, 4, 0, 1]: 4 is not in the draft vocabulary
     assert 4 not in DRAFT_IDS.tolist() and 5 in DRAFT_IDS.tolist()
-    drafter.add_request(0, context)
-    proposal = drafter.propose([DraftRequest(slot=0, token_ids=context)], K, batch_params(1, 1.0))
-    assert proposal.num_drafts == [1] and proposal.tokens[0, 0] == 5
-    expanded = proposal.target_probs(drafter.d2t, VOCAB)[0, 0]
-    assert expanded[5] == 1.0 and expanded.sum() == 1.0
+    for slot, tokens in enumerate([context, FRESH]):
+        drafter.add_request(slot, tokens)
+    requests = [DraftRequest(slot=s, token_ids=t) for s, t in enumerate([context, FRESH])]
+    proposal = drafter.propose(requests, K, batch_params(2, 1.0))
+    assert proposal.num_drafts[0] == 4 and proposal.tokens[0].tolist() == [5, 4, 0, 1]
+    expanded = proposal.target_probs(drafter.d2t, VOCAB)
+    assert torch.equal(expanded[0], one_hot(torch.tensor([5, 4, 0, 1]), VOCAB))
+    model_rows = expanded[1, : proposal.num_drafts[1]]
+    assert torch.allclose(model_rows.sum(-1), torch.ones(len(model_rows)))
+    assert bool((model_rows[:, ~torch.isin(torch.arange(VOCAB), DRAFT_IDS)] == 0).all())  # q under d2t: in vocab
 
 
 @pytest.mark.parametrize("name", list(METHODS))
