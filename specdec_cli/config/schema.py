@@ -39,7 +39,7 @@ class MethodConfig:
     # >= suffix_min_match tokens, its drafts are the retrieval continuation (one-hot q) instead.
     # None (auto): on for model drafters (a tree's match is proposed as a chain), off elsewhere (reason recorded).
     suffix_enhancer: Optional[bool] = None
-    suffix_min_match: int = 4
+    suffix_min_match: int = 3  # measured against 4: benchmarks/results_enhancer_vocab.md
     # Adaptive skip: a request whose running acceptance (EMA of accepted drafts per drafted step)
     # falls below this drafts nothing, except a probe every adaptive_probe_every steps. 0: off.
     adaptive_min_accept: float = 0.0
