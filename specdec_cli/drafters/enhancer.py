@@ -14,7 +14,8 @@ drawn from and rejection sampling stays exact at T > 0. The model still runs on 
 discarded) so that a drafter fed by target features stays caught up.
 
 Trees (``propose_tree``, EAGLE-3 with ``method.tree_topk > 1``): an overridden request's tree is the retrieval
-continuation as a chain of nodes (one-hot q in target ids: ``DraftTree.draft_probs`` None), else the model's
+continuation as a chain of up to ``max_nodes`` nodes, deeper than the model's ``depth`` (K): the verify's node
+budget costs the same rows either way (one-hot q in target ids: ``DraftTree.draft_probs`` None), else the model's
 tree. Whether a request is overridden depends only on its committed tokens, never on a draw, so tree rejection
 stays exact.
 """
@@ -77,10 +78,10 @@ class SuffixEnhancer(Drafter):
 
     def propose_tree(self, request: DraftRequest, depth: int, max_nodes: int,
                      params: Optional[BatchParams] = None) -> DraftTree:
-        """The retrieval continuation as a chain-shaped tree where the request's suffix matches (the model's tree
-        drafter still catches up, its one-node tree discarded), else the model's tree (``propose_tree``'s
-        contract)."""
-        found = self.retrieval.propose([request], min(depth, max_nodes), params)
+        """The retrieval continuation as a chain-shaped tree of up to ``max_nodes`` nodes where the request's
+        suffix matches (the model's tree drafter still catches up, its one-node tree discarded), else the model's
+        tree of ``depth`` levels (``propose_tree``'s contract)."""
+        found = self.retrieval.propose([request], max_nodes, params)
         num = found.num_drafts[0]
         tree = self.model.propose_tree(request, 1 if num else depth, 1 if num else max_nodes, params)
         if not num:

@@ -110,11 +110,12 @@ class TreeSpecEngine(SpecEngine):
         request.output_token_ids.extend(emitted)
 
     def _propose(self, request: Request) -> DraftTree:
-        """The next tree: depth <= K (never past max_new_tokens), nodes <= max_nodes and the cache's room."""
+        """The next tree: depth <= K, nodes <= max_nodes and the cache's room, neither past max_new_tokens (a
+        chain-shaped tree, such as the suffix enhancer's, is as deep as its nodes are many)."""
         depth = min(draft_len_for(1, self.options.max_draft_len, self.options.draft_len_schedule),
                     request.remaining - 1)
         room = self.options.max_seq_len - len(request.token_ids)
-        nodes = min(self.max_nodes, room)
+        nodes = min(self.max_nodes, room, request.remaining - 1)
         if min(depth, nodes) < 1:
             return EMPTY_TREE
         self.stats.draft_forwards += 1
