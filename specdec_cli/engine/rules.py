@@ -21,6 +21,7 @@ from specdec_cli.sampling import (
     BatchParams,
     filtered_probs,
     greedy_accept,
+    one_hot,
     rejection_sample_with,
     relaxed_accept,
     sample_tokens,
@@ -66,9 +67,7 @@ class Rule:
         if self.name == "strict":
             return strict_accept(draft_tokens, sample_tokens(logits, params, target_probs))
         if draft_probs is None:
-            draft_probs = torch.zeros(*draft_tokens.shape, logits.shape[-1], dtype=torch.float32,
-                                      device=logits.device)
-            draft_probs.scatter_(-1, draft_tokens.unsqueeze(-1), 1.0)
+            draft_probs = one_hot(draft_tokens.to(logits.device), logits.shape[-1])
         self.options.usage[kernel_backend(self.options.backend, draft_tokens.shape[1])] += 1
         return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
                                      generators=params.generators)
