@@ -2,7 +2,7 @@
 
 Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--temperatures 0 1]
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
-           [--prompts benchmarks/prompts/unseen.jsonl] [--out benchmarks/results_unseen.md]
+           [--prompts benchmarks/prompts/unseen.jsonl] [--repeats 1] [--seed 0] [--out benchmarks/results_unseen.md]
 
 Engines are built per temperature, as `specdec run` with that sampler would build them (EAGLE-3's auto tree is
 for greedy runs only), and first run the engine warm-up (unmeasured). Each configuration is a list of ``specdec run``
@@ -10,7 +10,8 @@ overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the 
 enhancer resolves on). The target loads once; every
 configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
 prompt's family is its id up to the first '_'. Per family and temperature: acceptance length (tokens per verify
-step), tokens/s as a ratio to ``none`` from the same run, and the time breakdown (target forward / draft /
+step), tokens/s as a ratio to ``none`` from the same run (end to end, and over all families for the decode
+phase: after each prompt's first token), and the time breakdown (target forward / draft /
 accept / other) summed over the run. Writes markdown and a JSON of every number.
 """
 from __future__ import annotations
@@ -74,7 +75,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=Path, default=Path("benchmarks/prompts/unseen.jsonl"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results_unseen.md"))
     parser.add_argument("--dtype", choices=["float32", "int8"], default="float32", help="the target's model.dtype")
-    parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed SEED + i (T > 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="prompt i of pass r samples with seed SEED + r * (number of prompts) + i (T > 0)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="passes over the prompts (pooled: greedy repeats the same tokens, T > 0 new seeds)")
     args = parser.parse_args()
     command = "python " + " ".join(sys.argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -82,15 +86,16 @@ def main() -> None:
     if args.dtype == "int8":
         quantize_model(target)
     rows = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
-    # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens]; stats per (T, config)
-    tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
+    # (temperature, config, family) -> [tokens, seconds, verify steps, emitted tokens, tokens after the first,
+    # seconds after the first token]; stats per (T, config)
+    tally: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0, 0, 0.0])
     stats: dict[tuple, SpecStats] = {}
     for temperature in args.temperatures:
         engines = {name: build_engine(target, tokenizer, name.split(), dtype=args.dtype, temperature=temperature)
                    for name in args.configs}
         for engine in engines.values():  # unmeasured: first-call packing, kernel probes and compiles
             warm_up(engine, encode_prompt(tokenizer, rows[0]["prompt"], chat=True))
-        for index, row in enumerate(rows):
+        for index, row in [(r * len(rows) + i, row) for r in range(args.repeats) for i, row in enumerate(rows)]:
             ids = encode_prompt(tokenizer, row["prompt"], chat=True)
             family = row["id"].split("_")[0]
             for name, engine in engines.items():
@@ -110,7 +115,10 @@ def main() -> None:
                     cell[1] += seconds
                     cell[2] += engine.stats.verify_steps - steps
                     cell[3] += engine.stats.emitted_tokens - emitted
-            print(f"T={temperature}: prompt {index + 1}/{len(rows)} done", flush=True)
+                    if request.chunks and len(request.output_token_ids) > 1:
+                        cell[4] += len(request.output_token_ids) - 1
+                        cell[5] += request.finish_s - request.chunks[0][0]
+            print(f"T={temperature}: prompt {index + 1}/{args.repeats * len(rows)} done", flush=True)
     write(args, command, tally, stats, list(engines))
 
 
@@ -118,22 +126,27 @@ def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> Non
     families = sorted({key[2] for key in tally if key[2] != "all"}) + ["all"]
     lines = [f"# Unseen prompt families (`benchmarks/bench_unseen.py`)", "",
              f"Command: `{command}`  ", f"Machine: {machine(args.dtype)}; {args.max_new} new tokens per prompt, "
-             f"prompts `{args.prompts}` ({len(families) - 1} families); one run.", "",
-             "Cells: acceptance length (tokens per verify step) / tokens/s relative to `none` in the same run.", ""]
+             f"prompts `{args.prompts}` ({len(families) - 1} families); one run"
+             + (f", {args.repeats} passes over the prompts, pooled." if args.repeats > 1 else "."), "",
+             "Cells: acceptance length (tokens per verify step) / tokens/s relative to `none` in the same run, "
+             "end to end (prefill included). Decode phase: tokens/s after each prompt's first token (the prefill "
+             "and the first token excluded: what speculation changes), all families, relative to `none`.", ""]
     record = {"command": command, "machine": machine(args.dtype), "rows": []}
     for temperature in args.temperatures:
-        lines += [f"## T={temperature:g}", "", "| config | " + " | ".join(families) + " | time: target / draft / accept / other |",
-                  "|---" * (len(families) + 2) + "|"]
+        lines += [f"## T={temperature:g}", "", "| config | " + " | ".join(families)
+                  + " | decode phase | time: target / draft / accept / other |", "|---" * (len(families) + 3) + "|"]
         for name in names:
             cells = []
             for family in families:
-                tokens, seconds, steps, emitted = tally[(temperature, name, family)]
-                base_tokens, base_seconds, _, _ = tally[(temperature, "none", family)]
-                ratio = (tokens / seconds) / (base_tokens / base_seconds)
+                tokens, seconds, steps, emitted, later_tokens, later_seconds = tally[(temperature, name, family)]
+                base = tally[(temperature, "none", family)]
+                ratio = (tokens / seconds) / (base[0] / base[1])
+                decode_ratio = (later_tokens / later_seconds) / (base[4] / base[5]) if later_seconds else 0.0
                 cells.append(f"{emitted / max(steps, 1):.2f} / {ratio:.2f}x")
                 record["rows"].append({"temperature": temperature, "config": name, "family": family,
                                        "acceptance_length": emitted / max(steps, 1), "speedup": ratio,
-                                       "tokens": tokens, "seconds": seconds})
+                                       "decode_speedup": decode_ratio, "tokens": tokens, "seconds": seconds})
+            cells.append(f"{decode_ratio:.2f}x")  # the last family: all
             breakdown = stats[(temperature, name)].summary()["time_breakdown_s"]
             total = sum(breakdown.values()) or 1.0
             shares = " / ".join(f"{100 * breakdown[k] / total:.0f}%" for k in ("target_forward", "draft", "accept", "other"))
