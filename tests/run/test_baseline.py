@@ -61,4 +61,6 @@ def test_the_summary_shows_baseline_and_speedup(tiny_model_dir, tmp_path: Path,
     printed = capsys.readouterr().out
     assert f"{result.metrics['baseline']['tokens_per_s']:.1f} tokens/s" in printed
     assert f"{result.metrics['speedup']:.2f}x tokens/s over autoregressive" in printed
+    tpot_ms, baseline_tpot_ms = (1e3 * m["tpot_s"]["mean"] for m in (result.metrics, result.metrics["baseline"]))
+    assert f"{tpot_ms:.1f} ms vs {baseline_tpot_ms:.1f} ms autoregressive ({baseline_tpot_ms / tpot_ms:.2f}x)" in printed
     assert "greedy output = autoregressive" in printed and "yes" in printed
