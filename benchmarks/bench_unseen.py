@@ -80,6 +80,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1,
                         help="passes over the prompts (pooled: greedy repeats the same tokens, T > 0 new seeds)")
     args = parser.parse_args()
+    if args.repeats < 1 or args.max_new < 1:
+        parser.error("--repeats and --max-new must be >= 1")
     command = "python " + " ".join(sys.argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     target, tokenizer = load_model(None)
