@@ -1,5 +1,6 @@
 """Support-matrix rules: which features a run uses, which of them its method refuses, and the
-rejection-sampling, backend, auto head-dtype and auto tree choices (the only place each is decided).
+rejection-sampling, backend, auto head-dtype, auto tree and auto draft-length-schedule choices (the only place
+each is decided).
 
 An explicit request the matrix refuses (``rejection=on``, ``rejection.backend=flashinfer``) is a violation;
 ``auto`` falls back and records why in ``Findings.reasons``.
@@ -83,6 +84,27 @@ def tree_topk_for(cfg: RunConfig, all_greedy: bool, cuda_graphs: bool) -> int:
         return 1
     tree = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, tree_topk=AUTO_TREE_TOPK))
     return 1 if check_tree(tree) else AUTO_TREE_TOPK
+
+
+AUTO_DRAFT_MAX_BATCH = {"eagle3": 2}
+"""On CPU, the largest running batch in which a model drafter drafts when ``method.draft_len_schedule`` is left
+empty (auto); 1 for model drafters not listed. A batch of several requests is compute-bound on CPU cores, so every
+verify row costs. Measured over ``none`` (benchmarks/results_batch_auto.md, results_batch.md): the shipped
+eagle3 1.02-1.16x at batch 2, 0.84-0.98x at 4, 0.67-0.71x at 16; MTP 0.79-0.88x at batch 2 (its draft step costs
+3x eagle3's); suffix and ngram, which draft only where the text repeats, 1.00-1.02x at 4 (left alone)."""
+
+
+def draft_len_schedule_for(cfg: RunConfig, device: str) -> dict[int, int]:
+    """``method.draft_len_schedule`` resolved, sorted: an explicit (non-empty) schedule; or auto (empty): on CPU,
+    for a model drafter whose engine may run batches above its AUTO_DRAFT_MAX_BATCH, K up to that batch size and
+    0 above it; else {} (always K)."""
+    if cfg.method.draft_len_schedule:
+        return dict(sorted(cfg.method.draft_len_schedule.items()))
+    model_drafter = cfg.method.name in TABLE and TABLE[cfg.method.name].family == "model"
+    max_batch = AUTO_DRAFT_MAX_BATCH.get(cfg.method.name, 1)
+    if device == "cpu" and model_drafter and cfg.engine.max_batch_size > max_batch:
+        return {max_batch: cfg.method.num_draft_tokens}
+    return {}
 
 
 def tree_nodes(method: MethodConfig, tree_topk: int) -> int:

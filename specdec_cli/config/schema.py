@@ -22,7 +22,8 @@ class MethodConfig:
     num_draft_tokens: int = 4  # K, the maximum draft length per step
     # max batch size -> K, as in TensorRT-LLM: a batch of size b drafts the K of the first
     # key >= b, and 0 above the largest key ({4: 4, 8: 2}: bs 1-4 -> 4, 5-8 -> 2, 9+ -> 0).
-    # The smallest key must map to num_draft_tokens. Empty: always num_draft_tokens.
+    # The smallest key must map to num_draft_tokens. Empty (auto): always num_draft_tokens, except model drafters
+    # on CPU, which stop drafting above batch 2 (eagle3) or 1 (config.combinations.draft_len_schedule_for).
     # (Not Optional: OmegaConf cannot merge a CLI dict into a None-valued Optional[Dict].)
     draft_len_schedule: dict[int, int] = field(default_factory=dict)
     # How a model-based drafter picks its draft token: "sample" from its filtered softmax

@@ -11,6 +11,7 @@ from specdec_cli.config.combinations import (
     Findings,
     check_features,
     check_head_dtype,
+    draft_len_schedule_for,
     head_dtype_for,
     resolve_backend,
     resolve_cuda_graphs,
@@ -78,6 +79,13 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
                 "default tree_topk * num_draft_tokens) accepts more than the chain" if tree_topk > 1 else
                 "the chain (a tree runs only when every request is greedy, at engine.max_batch_size=1, on one "
                 "process, without method.adaptive_min_accept or CUDA graphs)"))
+    schedule = draft_len_schedule_for(cfg, device)
+    if schedule and not cfg.method.draft_len_schedule:
+        found.reasons.append(
+            f"method.draft_len_schedule=auto -> {schedule}: on CPU a batch of more than {max(schedule)} "
+            f"request{'s' if max(schedule) > 1 else ''} is compute-bound and {cfg.method.name}'s drafts cost more "
+            "there than they save (such batches decode without drafts; to draft at every batch size give a schedule, e.g. "
+            f"++method.draft_len_schedule={{{cfg.engine.max_batch_size}:{cfg.method.num_draft_tokens}}})")
     if rejection and all_greedy:
         found.reasons.append(
             "all requests are greedy (temperature 0): every batch takes the argmax fast path "
@@ -100,7 +108,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         suffix_enhancer=enhancer,
         head_dtype=head_dtype,
         tree_topk=tree_topk,
-        draft_len_schedule=dict(sorted(cfg.method.draft_len_schedule.items())),
+        draft_len_schedule=schedule,
         all_greedy=all_greedy,
         reasons=found.reasons,
     )

@@ -212,6 +212,35 @@ def test_schedule_is_resolved_and_sorted() -> None:
     assert list(result.draft_len_schedule.items()) == [(1, 4), (4, 2), (8, 0)]
 
 
+@pytest.mark.parametrize(("method", "max_batch"), [("eagle3", 2), ("mtp", 1), ("dflash", 1), ("pard", 1),
+                                                  ("draft_target", 1)])
+def test_auto_schedule_stops_model_drafters_above_a_small_batch_on_cpu(method: str, max_batch: int) -> None:
+    result = effective(f"method={method}", "engine.max_batch_size=8")
+    assert result.draft_len_schedule == {max_batch: 4}  # K up to that batch, no drafts above (results_batch_auto.md)
+    assert any(r.startswith(f"method.draft_len_schedule=auto -> {{{max_batch}: 4}}") and "{8:4}" in r
+               for r in result.reasons)
+
+
+@pytest.mark.parametrize(("overrides", "hw"), [
+    (("method=eagle3", "engine.max_batch_size=2"), CPU),  # never above eagle3's batch 2: nothing to schedule
+    (("method=mtp",), CPU),  # batch 1
+    (("method=eagle3", "engine.max_batch_size=8"), GPU),  # GPUs stay memory-bound at small batches
+    (("method=suffix", "engine.max_batch_size=8"), CPU),  # retrieval drafts only where text repeats: level
+    (("method=ngram", "engine.max_batch_size=8"), CPU),
+    (("method=none", "engine.max_batch_size=8"), CPU),
+])
+def test_auto_schedule_leaves_other_runs_drafting_at_every_batch(overrides: tuple[str, ...], hw: Hardware) -> None:
+    result = effective(*overrides, hw=hw)
+    assert result.draft_len_schedule == {}
+    assert not any(r.startswith("method.draft_len_schedule=auto") for r in result.reasons)
+
+
+def test_an_explicit_schedule_overrides_the_auto_one() -> None:
+    result = effective("method=eagle3", "engine.max_batch_size=8", "++method.draft_len_schedule={8:4}")
+    assert result.draft_len_schedule == {8: 4}
+    assert not any(r.startswith("method.draft_len_schedule=auto") for r in result.reasons)
+
+
 def test_every_violation_is_reported_at_once() -> None:
     lines = violations(
         "method=ngram", "rejection=on", "sampler.top_p=0", "parallelism=tp2",
