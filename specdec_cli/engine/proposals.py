@@ -38,6 +38,7 @@ class ProposalBuffer:
             else None
         )
         self.num_drafts = [0] * rows
+        self.holds_placeholder = [False] * rows  # rows of the slot already hold the placeholder (skip rewriting)
 
     def write_proposal(self, slots: list[int], proposal: Proposal, d2t: Optional[torch.Tensor]) -> None:
         """Store a drafter's proposal, row r for ``slots[r]``; its q is mapped to target ids here, once."""
@@ -52,6 +53,7 @@ class ProposalBuffer:
         if num == 0:
             self.write_placeholder(slot)
             return
+        self.holds_placeholder[slot] = False
         self.draft_tokens[slot, :num] = tokens[:num]
         if self.draft_probs is not None:
             if probs is None:
@@ -63,6 +65,9 @@ class ProposalBuffer:
     def write_placeholder(self, slot: int) -> None:
         """A slot without real drafts: one-hot rows at the placeholder id, zero drafts."""
         self.num_drafts[slot] = 0
+        if self.holds_placeholder[slot]:  # a request that does not draft: no [K, V] rewrite every step
+            return
+        self.holds_placeholder[slot] = True
         self.draft_tokens[slot].fill_(PLACEHOLDER_DRAFT_ID)
         if self.draft_probs is not None:
             self.draft_probs[slot].zero_()
@@ -74,10 +79,10 @@ class ProposalBuffer:
         Host syncs: the q(d) > 0 flag (one per group); ``check`` reads a slot's min/max id and the engine
         its drafts (to feed the verify) -- the step's remaining syncs besides the accepted counts."""
         index = torch.tensor(slots, dtype=torch.int64, device=self.draft_tokens.device)
-        tokens = self.draft_tokens.index_select(0, index)[:, :k]
+        tokens = self.draft_tokens[:, :k].index_select(0, index)
         if self.draft_probs is None:
             return tokens, None, True
-        probs = self.draft_probs.index_select(0, index)[:, :k]
+        probs = self.draft_probs[:, :k].index_select(0, index)  # copies [R, k, V], not [R, K, V]
         return tokens, probs, bool((probs.gather(-1, tokens[..., None]) > 0).all())
 
     def check(self, slot: int) -> Optional[str]:
