@@ -82,6 +82,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1 or args.max_new < 1:
         parser.error("--repeats and --max-new must be >= 1")
+    if "none" not in args.configs:  # every ratio is over it, measured in the same run
+        args.configs = ["none", *args.configs]
     command = "python " + " ".join(sys.argv)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     target, tokenizer = load_model(None)
