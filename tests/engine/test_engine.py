@@ -280,6 +280,11 @@ def test_proposal_buffer_write_placeholder_read_and_check() -> None:
     buffer.write_placeholder(1)
     assert buffer.num_drafts[1] == 0 and buffer.check(1) is None
     assert torch.equal(buffer.draft_probs[1], torch.eye(VOCAB)[[PLACEHOLDER_DRAFT_ID] * 3])
+    buffer.write_placeholder(1)  # already a placeholder: left as it is
+    buffer.write(1, torch.tensor([8, 9, 10]), q, num=1)  # a real draft, then the placeholder again: rewritten
+    buffer.write_placeholder(1)
+    assert torch.equal(buffer.draft_probs[1], torch.eye(VOCAB)[[PLACEHOLDER_DRAFT_ID] * 3])
+    assert torch.equal(buffer.draft_tokens[1], torch.full((3,), PLACEHOLDER_DRAFT_ID))
     buffer.draft_probs[0, 0, 3] = 0.0
     assert buffer.read([0], 3)[2] is False  # q(d) = 0: fail closed
     buffer.num_drafts[0] = 4
