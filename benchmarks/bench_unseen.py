@@ -145,7 +145,7 @@ def write(args, command: str, tally: dict, stats: dict, names: list[str]) -> Non
                 tokens, seconds, steps, emitted, later_tokens, later_seconds = tally[(temperature, name, family)]
                 base = tally[(temperature, "none", family)]
                 ratio = (tokens / seconds) / (base[0] / base[1])
-                decode_ratio = (later_tokens / later_seconds) / (base[4] / base[5]) if later_seconds else 0.0
+                decode_ratio = (later_tokens / later_seconds) / (base[4] / base[5]) if later_seconds and base[5] else 0.0
                 cells.append(f"{emitted / max(steps, 1):.2f} / {ratio:.2f}x")
                 record["rows"].append({"temperature": temperature, "config": name, "family": family,
                                        "acceptance_length": emitted / max(steps, 1), "speedup": ratio,

@@ -197,8 +197,8 @@ def _prefetch_row(packed, b, k, rows):
     """For 2+ rows: prefetch weight row k + PREFETCH_AHEAD of block b (a compile-time no-op for one row)."""
     if rows > 1:
         ahead = (b * packed.shape[1] + k + PREFETCH_AHEAD) * BLOCK
-        for line in range(0, BLOCK, 16):  # 16 float32 = one 64-byte line
-            _prefetch(packed, ahead + line)
+        for offset in range(0, BLOCK, 64 // packed.itemsize):  # one hint per 64-byte line (int8 rows: one)
+            _prefetch(packed, ahead + offset)
 
 
 @numba.njit(inline="always", nogil=True, fastmath={"contract"})  # contract: x*w + acc is one FMA

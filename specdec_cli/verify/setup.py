@@ -94,7 +94,8 @@ def load_target(cfg: RunConfig, effective: EffectiveConfig,
     setup = EngineSetup(
         target=target, device=torch.device(device), dtype=dtype, batch_size=options.batch_size or 1,
         rejection=effective.rejection, backend=effective.backend,
-        draft_len_schedule=dict(sorted(cfg.method.draft_len_schedule.items())) or None,  # explicit only: verify drafts
+        # an explicit schedule only: verify drafts at every batch size, so the CPU auto schedule does not apply
+        draft_len_schedule=effective.draft_len_schedule if cfg.method.draft_len_schedule else None,
         model_dtype="float32" if options.toy else cfg.model.dtype,
         head_dtype=None if options.toy else effective.head_dtype,
     )
