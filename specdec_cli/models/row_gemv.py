@@ -14,6 +14,9 @@ oneDNN 24-31 ms, so a K+1 = 5 token verify costs about what a decode does (bench
 verification). With AVX2's 16 registers the kernel takes 1 or 2 rows (more, grouped like 9-16 rows above,
 measured no faster than oneDNN in a whole forward: benchmarks/results_row_gemv.md).
 
+On Intel AVX-512 hosts numba is told to use 512-bit vectors (``numba_setup``): LLVM's default tuning there
+prefers 256 bits, which made 5+ rows FMA-bound (8 rows 1.36x one row's time, 1.06x with zmm).
+
 The same kernel takes int8 weights (``quantize.Int8Linear``): each is converted to float32 in registers, exactly,
 so the arithmetic is unchanged.
 
@@ -35,6 +38,10 @@ import numpy as np
 import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from specdec_cli.numba_setup import use_wide_vectors
+
+use_wide_vectors()
 
 
 def _has_avx512() -> bool:

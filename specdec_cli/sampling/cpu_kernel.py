@@ -19,6 +19,10 @@ import numba
 import numpy as np
 import torch
 
+from specdec_cli.numba_setup import use_wide_vectors
+
+use_wide_vectors()
+
 CHUNK = 256
 """Tokens per chunk of pass 1 (a chunk's mass depends only on its own row)."""
 PARALLEL_MIN_ENTRIES = 32 * 49_152

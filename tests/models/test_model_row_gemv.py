@@ -115,3 +115,32 @@ def test_precompile_covers_every_row_count_and_weight_dtype() -> None:
         for rows in range(1, row_gemv.MAX_ROWS + 1):
             tags = tuple(numba.typeof(tag) for tag in row_gemv._ROW_TAGS[rows])
             assert (dtype, tags) in compiled, (dtype, rows)
+
+
+class _Features(dict):
+    """What llvmlite.binding.get_host_cpu_features returns: a feature -> bool mapping with ``flatten``."""
+
+    def flatten(self) -> str:
+        return ",".join(("+" if on else "-") + name for name, on in self.items())
+
+
+@pytest.mark.parametrize(
+    ("host", "preset", "opt_out", "want"),
+    [
+        ({"avx512f": True, "fma": True}, None, None, "+avx512f,+fma,-prefer-256-bit"),
+        ({"avx512f": False, "avx2": True}, None, None, None),  # AVX2 host: nothing to widen
+        ({"avx512f": True}, "+avx2,+fma", None, "+avx2,+fma"),  # the user's NUMBA_CPU_FEATURES wins
+        ({"avx512f": True}, None, "0", None),  # SPECDEC_WIDE_VECTORS=0 opts out
+    ],
+)
+def test_use_wide_vectors_drops_llvms_256_bit_preference_on_avx512_only(monkeypatch, host, preset, opt_out, want):
+    from specdec_cli import numba_setup
+
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", preset)
+    monkeypatch.setattr(numba_setup.llvmlite.binding, "get_host_cpu_features", lambda: _Features(host))
+    if opt_out is None:
+        monkeypatch.delenv(numba_setup.OPT_OUT, raising=False)
+    else:
+        monkeypatch.setenv(numba_setup.OPT_OUT, opt_out)
+    numba_setup.use_wide_vectors()
+    assert numba.config.CPU_FEATURES == want
