@@ -4,7 +4,8 @@ LLVM tunes Intel's AVX-512 cores (Ice Lake, Rocket Lake, Sapphire Rapids, ...) t
 numba compiles for the host's tuning: on such a host ``row_gemv``'s FMAs ran on ymm registers, half their width,
 and calls of 5 to 9 rows were bound by them (1.11 / 1.36 / 1.48x one row's time for 5 / 8 / 9 rows). With zmm:
 1.00 / 1.06 / 1.29x, a 5-token verify 6-9% faster, an int8 EAGLE-3 head step 13-20% faster, a one-token decode
-1-3% slower (benchmarks/results_row_gemv.md). Each output is still one in-order FMA chain per lane, so results
+1-3% slower, which prefetching one-row calls too wins back (``row_gemv.PREFETCH_MIN_ROWS``;
+benchmarks/results_row_gemv.md). Each output is still one in-order FMA chain per lane, so results
 are bit for bit the same at either width.
 """
 from __future__ import annotations
@@ -29,3 +30,9 @@ def use_wide_vectors() -> None:
         return
     if features.get("avx512f"):
         numba.config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
+
+
+def wide_vectors() -> bool:
+    """Whether numba compiles without LLVM's 256-bit preference (``use_wide_vectors`` took effect, or the user's
+    NUMBA_CPU_FEATURES say so)."""
+    return "-prefer-256-bit" in (numba.config.CPU_FEATURES or "").split(",")

@@ -39,7 +39,7 @@ import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from specdec_cli.numba_setup import use_wide_vectors
+from specdec_cli.numba_setup import use_wide_vectors, wide_vectors
 
 use_wide_vectors()
 
@@ -175,9 +175,12 @@ def _stack_tile(typingctx, row_tag):
 
 
 PREFETCH_AHEAD = 64
-"""Weight rows (k) ahead of the FMAs that calls of 2+ rows prefetch (into L2). Without it, on an Intel Xeon
+"""Weight rows (k) ahead of the FMAs that prefetching calls prefetch (into L2). Without it, on an Intel Xeon
 (AVX-512 + AMX) host the hardware prefetcher fell behind once a row's FMAs were added per weight: 2 / 5 rows cost
-1.17x / 1.36x one row; with it 1.01x / 1.11x (benchmarks/results_row_gemv.md). One row stays as it was."""
+1.17x / 1.36x one row; with it 1.01x / 1.11x (benchmarks/results_row_gemv.md)."""
+PREFETCH_MIN_ROWS = 1 if wide_vectors() else 2
+"""Calls of at least this many rows prefetch. One-row calls do only on 512-bit vectors (a decode 2-4% faster there;
+with 256-bit ones it made decodes 3-10% slower)."""
 
 
 @intrinsic
@@ -201,8 +204,8 @@ def _prefetch(typingctx, packed, flat_index):
 
 @numba.njit(inline="always", nogil=True)
 def _prefetch_row(packed, b, k, rows):
-    """For 2+ rows: prefetch weight row k + PREFETCH_AHEAD of block b (a compile-time no-op for one row)."""
-    if rows > 1:
+    """From PREFETCH_MIN_ROWS rows: prefetch weight row k + PREFETCH_AHEAD of block b (else a compile-time no-op)."""
+    if rows >= PREFETCH_MIN_ROWS:
         ahead = (b * packed.shape[1] + k + PREFETCH_AHEAD) * BLOCK
         for offset in range(0, BLOCK, 64 // packed.itemsize):  # one hint per 64-byte line (int8 rows: one)
             _prefetch(packed, ahead + offset)

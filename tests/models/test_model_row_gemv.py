@@ -144,3 +144,4 @@ def test_use_wide_vectors_drops_llvms_256_bit_preference_on_avx512_only(monkeypa
         monkeypatch.setenv(numba_setup.OPT_OUT, opt_out)
     numba_setup.use_wide_vectors()
     assert numba.config.CPU_FEATURES == want
+    assert numba_setup.wide_vectors() == (want is not None and want.endswith("-prefer-256-bit"))
