@@ -24,15 +24,29 @@ def use_wide_vectors() -> None:
     kernel modules do, at import); later it changes nothing, as numba fixes its target machine once."""
     if numba.config.CPU_FEATURES is not None or os.environ.get(OPT_OUT, "1") == "0":
         return
-    try:
-        features = llvmlite.binding.get_host_cpu_features()
-    except RuntimeError:  # a host whose features LLVM cannot read
-        return
-    if features.get("avx512f"):
+    features = _host_features()
+    if features is not None and features.get("avx512f"):
         numba.config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
+
+
+def compiles_for_avx512() -> bool:
+    """Whether numba compiles for AVX-512F: its NUMBA_CPU_FEATURES where set (``use_wide_vectors`` sets them on
+    AVX-512 hosts), else this host's features as LLVM (numba's code generator) reads them."""
+    if numba.config.CPU_FEATURES:
+        return "+avx512f" in numba.config.CPU_FEATURES.split(",")
+    features = _host_features()
+    return bool(features is not None and features.get("avx512f"))
 
 
 def wide_vectors() -> bool:
     """Whether numba compiles without LLVM's 256-bit preference (``use_wide_vectors`` took effect, or the user's
     NUMBA_CPU_FEATURES say so)."""
     return "-prefer-256-bit" in (numba.config.CPU_FEATURES or "").split(",")
+
+
+def _host_features():
+    """llvmlite's feature map of this host, or None where LLVM cannot read it."""
+    try:
+        return llvmlite.binding.get_host_cpu_features()
+    except RuntimeError:
+        return None

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Optional
 
-import llvmlite.binding
 import llvmlite.ir
 import numba
 import numpy as np
@@ -39,23 +38,12 @@ import torch
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from specdec_cli.numba_setup import use_wide_vectors, wide_vectors
+from specdec_cli.numba_setup import compiles_for_avx512, use_wide_vectors, wide_vectors
 
 use_wide_vectors()
 
 
-def _has_avx512() -> bool:
-    """Whether numba compiles for AVX-512F: its NUMBA_CPU_FEATURES where set, else this host's features as LLVM
-    (numba's code generator) reads them."""
-    if numba.config.CPU_FEATURES:
-        return "+avx512f" in numba.config.CPU_FEATURES.split(",")
-    try:
-        return bool(llvmlite.binding.get_host_cpu_features().get("avx512f"))
-    except RuntimeError:  # a host whose features LLVM cannot read
-        return False
-
-
-MAX_ROWS = 16 if _has_avx512() else 2
+MAX_ROWS = 16 if compiles_for_avx512() else 2
 """Most rows one call takes (AVX-512: 32 vector registers; AVX2's 16 hold the accumulators of 2 rows). At 16 rows
 the kernel is still ahead (the model's GEMMs: 36 ms vs oneDNN's 43 ms); beyond, oneDNN's blocked GEMM catches up."""
 BLOCK = 48
