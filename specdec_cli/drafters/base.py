@@ -76,21 +76,25 @@ class Proposal:
             tokens[row, : len(draft)] = torch.tensor(draft, dtype=torch.int64, device=host)
         return cls(tokens=tokens, draft_probs=None, num_drafts=[len(d) for d in drafts])
 
-    def target_probs(self, d2t: Optional[torch.Tensor], vocab_size: int) -> torch.Tensor:
-        """q in target ids [R, k, V]: ``draft_probs`` expanded through ``d2t`` (the one place it is applied
+    def target_probs(self, d2t: Optional[torch.Tensor], vocab_size: int,
+                     positions: Optional[int] = None) -> torch.Tensor:
+        """q in target ids [R, positions or k, V] (the first ``positions`` drafts: the rows past every request's
+        ``num_drafts`` need no expansion): ``draft_probs`` expanded through ``d2t`` (the one place it is applied
         to q), or one-hot at ``tokens`` when there is none. A one-hot proposal from a drafter with a reduced
         vocabulary is refused: its tokens are target ids and cannot index draft-vocabulary rows."""
+        tokens = self.tokens[:, :positions]
         if self.draft_probs is not None:
-            probs = expand_draft_probs(self.draft_probs, d2t, vocab_size)
+            draft_probs = self.draft_probs[:, :positions]
+            probs = expand_draft_probs(draft_probs, d2t, vocab_size)
             if self.one_hot_rows:
                 rows = torch.tensor(self.one_hot_rows, device=probs.device)
-                probs = probs.clone() if probs is self.draft_probs else probs
-                probs[rows] = one_hot(self.tokens[rows].to(probs.device), vocab_size)
+                probs = probs.clone() if probs is draft_probs else probs
+                probs[rows] = one_hot(tokens[rows].to(probs.device), vocab_size)
             return probs
         if d2t is not None:
             raise ValueError("a drafter with a reduced vocabulary (d2t) must report draft_probs: "
                              "one-hot rows at target ids would land on the wrong draft-vocabulary ids")
-        return one_hot(self.tokens, vocab_size)
+        return one_hot(tokens, vocab_size)
 
 
 class Drafter(ABC):

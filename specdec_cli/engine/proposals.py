@@ -42,7 +42,8 @@ class ProposalBuffer:
 
     def write_proposal(self, slots: list[int], proposal: Proposal, d2t: Optional[torch.Tensor]) -> None:
         """Store a drafter's proposal, row r for ``slots[r]``; its q is mapped to target ids here, once."""
-        probs = proposal.target_probs(d2t, self.vocab_size) if self.draft_probs is not None else None
+        used = max(proposal.num_drafts, default=0)
+        probs = proposal.target_probs(d2t, self.vocab_size, used) if self.draft_probs is not None else None
         for row, slot in enumerate(slots):
             self.write(slot, proposal.tokens[row], None if probs is None else probs[row], proposal.num_drafts[row])
 

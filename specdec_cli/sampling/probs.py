@@ -1,6 +1,7 @@
 """Logits -> filtered probabilities: the single function that produces both target_probs and draft_probs."""
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -42,45 +43,48 @@ def probs_from_logits(
         return logits.clone()
     device = logits.device
     temperature = temperature.to(device=device, dtype=torch.float32)
-    greedy = temperature == 0
     row_max = logits.amax(dim=-1, keepdim=True)
-
-    k_eff = effective_top_k(top_k, num_rows, vocab, device)
-    top_k_on = (k_eff < vocab) & ~greedy
-    if top_p is None:
-        top_p_on = torch.zeros_like(greedy)
-    else:
-        top_p = top_p.to(device=device, dtype=torch.float32)
-        top_p_on = (top_p < 1) & ~greedy
-    needed = torch.where(top_k_on | top_p_on, k_eff, 0)
-    bad_rows = ~torch.isfinite(row_max[:, 0])
-    bad_temperature = ~torch.isfinite(temperature) | (temperature < 0)
-    n_bad_rows, n_bad_temperature, num_candidates, any_top_p, any_greedy = torch.stack(
-        [bad_rows.sum(), bad_temperature.sum(), needed.max(), top_p_on.sum(), greedy.sum()]
-    ).tolist()
-    if n_bad_rows:
-        first = int(bad_rows.nonzero()[0, 0])
+    # every row's settings and whether its max is finite, read on the host at once (the one sync)
+    host_t, host_k, host_p, finite_max = torch.stack([
+        temperature,
+        torch.zeros_like(temperature) if top_k is None else top_k.to(device=device, dtype=torch.float32),
+        torch.ones_like(temperature) if top_p is None else top_p.to(device=device, dtype=torch.float32),
+        torch.isfinite(row_max[:, 0]).float(),
+    ]).tolist()
+    if not all(finite_max):
+        first = finite_max.index(0.0)
         raise SamplingError(
-            f"{n_bad_rows} of {num_rows} logit rows have no finite maximum (all -inf, NaN or +inf); "
+            f"{finite_max.count(0.0)} of {num_rows} logit rows have no finite maximum (all -inf, NaN or +inf); "
             f"first is row {first}"
         )
+    n_bad_temperature = sum(not math.isfinite(t) or t < 0 for t in host_t)
     if n_bad_temperature:
         raise SamplingError(f"{n_bad_temperature} temperatures are negative or not finite")
+    greedy_rows = [t == 0 for t in host_t]
+    any_greedy = any(greedy_rows)
+    top_k_rows = [not g and 0 < k < vocab for g, k in zip(greedy_rows, host_k)]
+    top_p_rows = [not g and p < 1 for g, p in zip(greedy_rows, host_p)]
+    any_top_p = any(top_p_rows)
+    greedy = torch.tensor(greedy_rows, device=device) if any_greedy else None
 
     # Subtracting the row max before dividing keeps tiny temperatures finite.
-    scaled = torch.sub(logits, row_max).div_(torch.where(greedy, 1.0, temperature)[:, None])
-    if num_candidates:
+    scaled = torch.sub(logits, row_max).div_(temperature[:, None] if greedy is None
+                                             else torch.where(greedy, 1.0, temperature)[:, None])
+    if any(top_k_rows) or any_top_p:  # the filters need the top candidates of their rows
+        k_eff = [int(k) if on else vocab for k, on in zip(host_k, top_k_rows)]
+        num_candidates = max(k for k, on, p_on in zip(k_eff, top_k_rows, top_p_rows) if on or p_on)
         candidate_logits, candidate_ids = logits.topk(num_candidates, dim=-1)
-        kth = candidate_logits.gather(-1, (k_eff.clamp(max=num_candidates) - 1)[:, None])
-        kth = torch.where(top_k_on[:, None], kth, float("-inf"))
+        kth = candidate_logits.gather(-1, torch.tensor(k_eff, device=device).clamp(max=num_candidates)[:, None] - 1)
+        kth = torch.where(torch.tensor(top_k_rows, device=device)[:, None], kth, float("-inf"))
         scaled.masked_fill_(logits < kth, float("-inf"))
     probs = scaled.softmax(dim=-1)
     if any_top_p:
         candidate_probs = probs.gather(-1, candidate_ids)
         mass_before = candidate_probs.cumsum(dim=-1) - candidate_probs
+        top_p = torch.tensor(host_p, device=device)
         num_kept = (mass_before < top_p[:, None]).sum(dim=-1).clamp(min=1)
         threshold = candidate_probs.gather(-1, (num_kept - 1)[:, None])
-        probs.masked_fill_(probs < torch.where(top_p_on[:, None], threshold, 0.0), 0.0)
+        probs.masked_fill_(probs < torch.where(torch.tensor(top_p_rows, device=device)[:, None], threshold, 0.0), 0.0)
         probs.div_(probs.sum(dim=-1, keepdim=True))
     if any_greedy:  # greedy rows become an exact one-hot at the argmax (first index of the max)
         argmax = logits.argmax(dim=-1, keepdim=True)
@@ -88,10 +92,3 @@ def probs_from_logits(
         probs.scatter_(-1, argmax, torch.where(greedy[:, None], 1.0, probs.gather(-1, argmax)))
     return probs
 
-
-def effective_top_k(top_k: Optional[torch.Tensor], num_rows: int, vocab: int, device: torch.device) -> torch.Tensor:
-    """Per-row k [N] int64, with V standing for 'off' (top_k None, <= 0 or >= V)."""
-    if top_k is None:
-        return torch.full((num_rows,), vocab, dtype=torch.int64, device=device)
-    top_k = top_k.to(device=device, dtype=torch.int64)
-    return torch.where((top_k <= 0) | (top_k >= vocab), vocab, top_k)

@@ -8,7 +8,7 @@ import torch
 from specdec_cli.config.schema import DraftTargetMethodConfig, NgramMethodConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import DrafterDeps
-from specdec_cli.engine.engine import EngineOptions, SpecEngine
+from specdec_cli.engine.engine import EngineOptions, Feed, SpecEngine
 from specdec_cli.engine.request import Request, SamplingParams
 from specdec_cli.run.drive import run_requests
 from specdec_cli.run.result import output_row
@@ -84,3 +84,17 @@ def test_nonfinite_logits_fail_one_request_only(target, case: str, at: int, valu
     row = output_row(victim)
     assert row["finish_reason"] == "error" and row["error"] == victim.error
     assert "error" not in output_row(faulty[0])
+
+
+def test_the_cheap_row_sum_screen_never_fails_finite_logits(target) -> None:
+    """Row sums screen the logits (a finite sum: every entry finite); finite logits whose sum overflows take the
+    exact check and fail no request, a NaN among them still fails its request."""
+    engine = SpecEngine(target, None, EngineOptions(max_batch_size=1, max_seq_len=64))
+    request = Request(id="0", prompt_token_ids=[1, 2], params=SamplingParams(), max_new_tokens=4)
+    feeds = [Feed([1, 2], 2, prefill=False)]
+    logits = torch.zeros(2, VOCAB)
+    logits[:, :2] = 3e38  # finite entries; each row's sum is +inf
+    assert not torch.isfinite(logits.sum(dim=-1)).any() and torch.isfinite(logits).all()
+    assert engine._contain_nonfinite([request], feeds, logits) == set() and request.finish_reason is None
+    logits[1, 5] = float("nan")
+    assert engine._contain_nonfinite([request], feeds, logits) == {0} and request.finish_reason == "error"
