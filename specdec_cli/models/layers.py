@@ -22,23 +22,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec_cli.models.arch import ModelArch
-from specdec_cli.models.attention import attend, attend_batch
+from specdec_cli.models.attention import attend_batch, attend_requests
 from specdec_cli.models.fast_linear import Linear, LinearGroup
+from specdec_cli.models.norm import RMSNorm, row_kernel
 from specdec_cli.models.rope import RotaryTables, apply_rotary
-
-
-class RMSNorm(nn.Module):
-    """y = weight * x / sqrt(mean(x^2) + eps) over the last dim, computed in float32 (as HF)."""
-
-    def __init__(self, size: int, eps: float, *, dtype: torch.dtype, device: torch.device | str) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:  # one fused op, bitwise equal to the HF form below for float32
-            return F.rms_norm(x, x.shape[-1:], self.weight, eps=self.eps)
-        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
 
 @dataclass(frozen=True)
@@ -172,10 +159,8 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(arch.head_dim, arch.rms_norm_eps, **kw) if arch.qk_norm else None
         self.qkv = LinearGroup(self.q_proj, self.k_proj, self.v_proj)
 
-    def project(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """x [T, H] -> q [T, Hq, D], k [T, KV, D] (normed if Qwen3, then rotated), v [T, KV, D]."""
+    def _heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [T, H] -> q [T, Hq, D], k [T, KV, D] (normed if Qwen3, not yet rotated), v [T, KV, D]."""
         t = x.shape[0]
         q, k, v = self.qkv(x)
         q = q.view(t, self.num_heads, self.head_dim)
@@ -183,27 +168,50 @@ class Attention(nn.Module):
         v = v.view(t, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
+        return q, k, v
+
+    def project(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [T, H] -> q [T, Hq, D], k [T, KV, D] (normed if Qwen3, then rotated), v [T, KV, D]."""
+        q, k, v = self._heads(x)
         # one rotation over the q and k heads together: the same elementwise ops, half the operator calls
         q, k = apply_rotary(torch.cat((q, k), dim=1), cos, sin).split([self.num_heads, self.num_kv_heads], dim=1)
         return q, k, v
+
+    def _project_and_store(self, x: torch.Tensor, batch: RaggedBatch | DenseBatch, k_cache: torch.Tensor,
+                           v_cache: torch.Tensor) -> torch.Tensor:
+        """x [T, H] -> rotated q [T, Hq, D]; the rows' rotated k and their v go to (slot, position) of the caches.
+        CPU float32 without autograd: one ``row_ops.rope_store`` call (bit for bit the torch path's result)."""
+        kernel = row_kernel(x, k_cache)
+        if kernel is not None:
+            return kernel.rope_store(*self._heads(x), batch.cos, batch.sin, k_cache, v_cache, batch.slot_ids,
+                                     batch.positions)
+        q, k, v = self.project(x, batch.cos, batch.sin)
+        # one scatter per buffer: [slots, max_len, KV, D] views, indexed by (slot, position) per row
+        k_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = k
+        v_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = v
+        return q
 
     def forward(
         self, x: torch.Tensor, batch: RaggedBatch | DenseBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> torch.Tensor:
         """x [T, H] -> [T, H]; writes each request's new K/V into its slot of k_cache/v_cache
-        ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them: in one
-        batched call when ``batch.block_bias`` is set or the batch is dense, else one ``attend`` call per
-        request."""
-        q, k, v = self.project(x, batch.cos, batch.sin)
-        # one scatter per buffer: [slots, max_len, KV, D] views, indexed by (slot, position) per row
-        k_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = k
-        v_cache.transpose(1, 2)[batch.slot_ids, batch.positions] = v
+        ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them: per request
+        (``attend_requests``: on CPU the row kernel for decodes and verifies), or in one batched call for a
+        dense batch or ``batch.block_bias`` where the row kernel does not apply."""
+        q = self._project_and_store(x, batch, k_cache, v_cache)
+        rows = row_kernel(q, k_cache)
         if isinstance(batch, DenseBatch):
             count, n = batch.bias.shape[:2]
-            out = attend_batch(q.view(count, n, self.num_heads, self.head_dim), k_cache.index_select(0, batch.slots),
-                               v_cache.index_select(0, batch.slots), scale=self.scale, bias=batch.bias)
-            return self.o_proj(out.reshape(x.shape[0], -1))
-        if batch.block_bias is not None:
+            if rows is None or n > rows.ATTEND_MAX_ROWS:
+                out = attend_batch(q.view(count, n, self.num_heads, self.head_dim),
+                                   k_cache.index_select(0, batch.slots), v_cache.index_select(0, batch.slots),
+                                   scale=self.scale, bias=batch.bias)
+                return self.o_proj(out.reshape(x.shape[0], -1))
+            starts = batch.positions.view(count, n)[:, 0].tolist()
+            placement = (batch.slots.tolist(), starts, [n] * count, [None] * count)
+        elif batch.block_bias is not None and (rows is None or batch.counts[0] > rows.ATTEND_MAX_ROWS):
             first, count, (n, seq) = batch.slots[0], len(batch.slots), batch.block_bias.shape[1:]
             out = attend_batch(
                 q.view(count, n, self.num_heads, self.head_dim),
@@ -213,14 +221,9 @@ class Attention(nn.Module):
                 bias=batch.block_bias,
             )
             return self.o_proj(out.reshape(x.shape[0], -1))
-        out = q.new_empty(q.shape)
-        masks = batch.visible or [None] * len(batch.slots)
-        for slot, start, n, off, mask in zip(batch.slots, batch.starts, batch.counts, batch.offsets, masks):
-            end = start + n
-            out[off : off + n] = attend(
-                q[off : off + n], k_cache[slot, :, :end], v_cache[slot, :, :end], scale=self.scale, causal=True,
-                mask=mask,
-            )
+        else:
+            placement = (batch.slots, batch.starts, batch.counts, batch.visible or [None] * len(batch.slots))
+        out = attend_requests(q, k_cache, v_cache, *placement, scale=self.scale)
         return self.o_proj(out.view(x.shape[0], -1))
 
 
@@ -255,5 +258,6 @@ class DecoderLayer(nn.Module):
         self, x: torch.Tensor, batch: RaggedBatch | DenseBatch, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> torch.Tensor:
         """x [T, H] -> [T, H] (the residual stream after this layer)."""
-        h = x + self.self_attn(self.input_layernorm(x), batch, k_cache, v_cache)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        h, normed = self.post_attention_layernorm.residual(
+            x, self.self_attn(self.input_layernorm(x), batch, k_cache, v_cache))
+        return h + self.mlp(normed)

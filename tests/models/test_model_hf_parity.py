@@ -15,6 +15,11 @@ def _ids(n: int = SEQ, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, 128, (n,), generator=torch.Generator().manual_seed(seed))
 
 
+#: Hidden states (|x| up to ~15 here) agree to float32 rounding: HF's own float32 forward is ~1e-5 from its float64
+#: one, ours (CPU row kernels: norm, attention) as close; they differ from each other by up to ~2e-5.
+HIDDEN_ATOL = 4e-5
+
+
 def _assert_close_logits(ours: torch.Tensor, ref: torch.Tensor) -> None:
     scale = ref.abs().max().item()
     assert scale > 1.0, "test model produces near-uniform logits; raise the init scale"
@@ -57,9 +62,9 @@ def test_hidden_layers_are_hf_hidden_states_shifted_by_one(family: str) -> None:
     ref = hf(ids[None], output_hidden_states=True).hidden_states
     out = model(model.new_cache(1, 32), [0], ids, hidden_layers=(0, 1, 2), final_hidden=True)
     for layer in (0, 1, 2):
-        torch.testing.assert_close(out.hidden[layer], ref[layer + 1][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(out.hidden[layer], ref[layer + 1][0], rtol=0, atol=HIDDEN_ATOL)
     # HF's last entry is the post-final-norm hidden
-    torch.testing.assert_close(out.final_hidden, ref[-1][0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(out.final_hidden, ref[-1][0], rtol=0, atol=HIDDEN_ATOL)
 
 
 @torch.inference_mode()
@@ -73,7 +78,7 @@ def test_eagle3_default_layers_are_hf_hidden_states_2_half_and_n_minus_3() -> No
     ref = hf(ids[None], output_hidden_states=True).hidden_states
     out = model(model.new_cache(1, 16), [0], ids, hidden_layers=layers)
     for layer, hf_index in zip(layers, (2, num_layers // 2, num_layers - 3)):
-        torch.testing.assert_close(out.hidden[layer], ref[hf_index][0], rtol=0, atol=1e-5)
+        torch.testing.assert_close(out.hidden[layer], ref[hf_index][0], rtol=0, atol=HIDDEN_ATOL)
 
 
 @torch.inference_mode()
