@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+import llvmlite.ir
 import numba
 import numpy as np
 import torch
+from numba.core import types
+from numba.extending import intrinsic
 
 from specdec_cli.numba_setup import use_wide_vectors
 
@@ -170,39 +173,69 @@ def _rope_rows_parallel(q, k, v, cos, sin, k_cache, v_cache, slot_ids, positions
         _rope_row(q, k, v, cos, sin, k_cache, v_cache, slot_ids, positions, out, t)
 
 
-@numba.njit(nogil=True, cache=True, fastmath=FAST)
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the int32 ``bits`` (a bit cast, vectorisable)."""
+    if bits != types.int32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], llvmlite.ir.FloatType())
+
+    return types.float32(types.int32), codegen
+
+
+@numba.njit(inline="always", nogil=True, fastmath=FAST)
+def _exp(x):
+    """exp(x) for float32 x <= 0 (a score minus its row's max), within 2 ulp; exactly 0 at -inf and below -87.
+    Cephes' expf (x = n ln2 + r, a degree-6 polynomial in r, times 2^n by the exponent bits): no libm call, so
+    LLVM vectorises the loop around it (libm's expf, one call per score, made long contexts slower than torch)."""
+    clamped = max(x, np.float32(-87.0))
+    n = np.floor(clamped * np.float32(1.44269504088896341) + np.float32(0.5))
+    r = clamped - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    p = p * r * r + r + np.float32(1.0)
+    scaled = p * _float32_from_bits(np.int32((np.int32(n) + np.int32(127)) << np.int32(23)))
+    return scaled if x > np.float32(-87.0) else np.float32(0.0)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True, fastmath=FAST)
 def _attend(q, k, v, start, scale, visible, masked, out):
-    """See ``attend_rows``: float32 scores, exponentials and weighted values, the normaliser in float64."""
+    """See ``attend_rows``: one (row, head) pair per parallel item, each the same code whatever the rows and thread
+    count; float32 scores, exponentials and weighted values, the normaliser in float64."""
     rows, heads, dim = q.shape
     groups = heads // k.shape[0]
-    weights = np.empty(start + rows, dtype=np.float32)
-    mixed = np.empty(dim, dtype=np.float32)
-    for i in range(rows):
-        keys = start + i + 1  # causal; a tree row's mask also hides the other branches
-        for h in range(heads):
-            g = h // groups
-            top = np.float32(-np.inf)
-            for j in range(keys):
-                score = np.float32(0.0)
-                for d in range(dim):
-                    score += q[i, h, d] * k[g, j, d]
-                score *= scale
-                if masked and not visible[i, j]:
-                    score = np.float32(-np.inf)
-                weights[j] = score
-                top = max(top, score)
-            total = 0.0
-            for j in range(keys):
-                weight = np.exp(weights[j] - top)  # exp(-inf) = 0: hidden keys
-                weights[j] = weight
-                total += weight
-            mixed[:] = 0.0
-            for j in range(keys):
-                weight = weights[j]
-                for d in range(dim):
-                    mixed[d] += weight * v[g, j, d]
+    for item in numba.prange(rows * heads):
+        i, h = item // heads, item % heads
+        g, keys = h // groups, start + i + 1  # causal; a tree row's mask also hides the other branches
+        weights = np.empty(keys, dtype=np.float32)
+        top = np.float32(-np.inf)
+        for j in range(keys):
+            score = np.float32(0.0)
             for d in range(dim):
-                out[i, h, d] = mixed[d] / total
+                score += q[i, h, d] * k[g, j, d]
+            score *= scale
+            if masked and not visible[i, j]:
+                score = np.float32(-np.inf)
+            weights[j] = score
+            top = max(top, score)
+        total = 0.0
+        for j in range(keys):
+            weight = _exp(weights[j] - top)  # 0 for hidden keys (-inf)
+            weights[j] = weight
+            total += weight
+        mixed = np.zeros(dim, dtype=np.float32)
+        for j in range(keys):
+            weight = weights[j]
+            for d in range(dim):
+                mixed[d] += weight * v[g, j, d]
+        for d in range(dim):
+            out[i, h, d] = mixed[d] / total
 
 
 def precompile() -> None:
