@@ -46,7 +46,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [..., H] float32 (CPU) -> weight * x / sqrt(mean(x^2) + eps) per row, [..., H] float32."""
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     out = torch.empty_like(rows)
-    _kernel(rows.shape[0])(rows.numpy(), rows.numpy(), False, weight.detach().numpy(), np.float32(eps),
+    _norm_kernel(rows.shape[0])(rows.numpy(), rows.numpy(), False, weight.detach().numpy(), np.float32(eps),
                            rows.numpy(), out.numpy())
     return out.view(x.shape)
 
@@ -57,7 +57,7 @@ def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     deltas = delta.reshape(rows.shape).contiguous()
     h, out = torch.empty_like(rows), torch.empty_like(rows)
-    _kernel(rows.shape[0])(rows.numpy(), deltas.numpy(), True, weight.detach().numpy(), np.float32(eps),
+    _norm_kernel(rows.shape[0])(rows.numpy(), deltas.numpy(), True, weight.detach().numpy(), np.float32(eps),
                            h.numpy(), out.numpy())
     return h.view(x.shape), out.view(x.shape)
 
@@ -98,7 +98,7 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, s
 _NO_MASK = np.ones((1, 1), dtype=np.bool_)
 
 
-def _kernel(rows: int):
+def _norm_kernel(rows: int):
     return _norm_rows_parallel if rows >= PARALLEL_MIN_ROWS and torch.get_num_threads() > 1 else _norm_rows
 
 
