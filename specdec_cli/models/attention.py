@@ -26,8 +26,6 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from specdec_cli.models.norm import row_kernel
-
 #: Most rows ``min_attn_rows`` pads to (beyond, the probe gives up and pads to this).
 MAX_ATTN_PAD_ROWS = 16
 #: Keys per P @ V piece; longer reductions are blocked by the GEMM depending on their length.
@@ -72,12 +70,12 @@ def attend(
 
 def attend_requests(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: Sequence[int],
                     starts: Sequence[int], counts: Sequence[int], masks: Sequence[torch.Tensor | None], *,
-                    scale: float) -> torch.Tensor:
+                    scale: float, kernel: ModuleType | None) -> torch.Tensor:
     """Each request's new rows of q [T, Hq, D] (request r: ``counts[r]`` rows at positions ``starts[r]``.. of slot
     ``slots[r]``, tree rows with their ``masks[r]``) over its slot of k_cache/v_cache [slots, KV, max_len, D]
-    -> [T, Hq, D]. On CPU in float32 a request of up to ``row_ops.ATTEND_MAX_ROWS`` rows (every decode and
-    verify) takes the compiled row kernel, longer prefill chunks the GEMM path of ``attend``."""
-    kernel = row_kernel(q, k_cache)
+    -> [T, Hq, D]. With ``kernel`` (``norm.row_kernel``: CPU float32) a request of up to
+    ``row_ops.ATTEND_MAX_ROWS`` rows (every decode and verify) takes the compiled row kernel, longer prefill
+    chunks (and everything without it) the GEMM path of ``attend``."""
     if kernel is not None and len(slots) == 1 and counts[0] <= kernel.ATTEND_MAX_ROWS:  # batch 1: no copy
         return kernel.attend_rows(q, k_cache[slots[0]], v_cache[slots[0]], starts[0], scale, masks[0])
     out = q.new_empty(q.shape)

@@ -180,10 +180,9 @@ class Attention(nn.Module):
         return q, k, v
 
     def _project_and_store(self, x: torch.Tensor, batch: RaggedBatch | DenseBatch, k_cache: torch.Tensor,
-                           v_cache: torch.Tensor) -> torch.Tensor:
+                           v_cache: torch.Tensor, kernel) -> torch.Tensor:
         """x [T, H] -> rotated q [T, Hq, D]; the rows' rotated k and their v go to (slot, position) of the caches.
-        CPU float32 without autograd: one ``row_ops.rope_store`` call (bit for bit the torch path's result)."""
-        kernel = row_kernel(x, k_cache)
+        With ``kernel`` (``row_ops``): one ``rope_store`` call (bit for bit the torch path's result)."""
         if kernel is not None:
             return kernel.rope_store(*self._heads(x), batch.cos, batch.sin, k_cache, v_cache, batch.slot_ids,
                                      batch.positions)
@@ -200,8 +199,8 @@ class Attention(nn.Module):
         ([slots, KV, max_len, D]) and attends causally over the slot's prefix plus them: per request
         (``attend_requests``: on CPU the row kernel for decodes and verifies), or in one batched call for a
         dense batch or ``batch.block_bias`` where the row kernel does not apply."""
-        q = self._project_and_store(x, batch, k_cache, v_cache)
-        rows = row_kernel(q, k_cache)
+        rows = row_kernel(x, k_cache)  # CPU float32 without autograd: the compiled row ops, decided once per layer
+        q = self._project_and_store(x, batch, k_cache, v_cache, rows)
         if isinstance(batch, DenseBatch):
             count, n = batch.bias.shape[:2]
             if rows is None or n > rows.ATTEND_MAX_ROWS:
@@ -223,7 +222,7 @@ class Attention(nn.Module):
             return self.o_proj(out.reshape(x.shape[0], -1))
         else:
             placement = (batch.slots, batch.starts, batch.counts, batch.visible or [None] * len(batch.slots))
-        out = attend_requests(q, k_cache, v_cache, *placement, scale=self.scale)
+        out = attend_requests(q, k_cache, v_cache, *placement, scale=self.scale, kernel=rows)
         return self.o_proj(out.view(x.shape[0], -1))
 
 

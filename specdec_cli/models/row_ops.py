@@ -35,8 +35,6 @@ from specdec_cli.numba_setup import use_wide_vectors
 
 use_wide_vectors()
 
-LANES = 4
-"""Interleaved float64 partial sums of x^2 per row (element i goes to sum i % LANES): shorter dependency chains."""
 PARALLEL_MIN_ROWS = 32
 """From this many rows (prefill chunks) the rows are spread over torch's thread count; fewer run serially
 (a decode's one row would pay more to wake a thread than the norm costs)."""
@@ -105,7 +103,8 @@ def _norm_kernel(rows: int):
 @numba.njit(inline="always", nogil=True)
 def _norm_row(x, delta, add, weight, eps, h, out, r):
     """Row r: h = x + delta (when ``add``; else h is x), out = weight * (h * (1 / sqrt(mean(h^2) + eps))), the mean
-    from a float64 sum (``LANES`` interleaved partial sums, then those in order) rounded once to float32."""
+    from a float64 sum (four interleaved partial sums, element i in sum i % 4: shorter dependency chains; then
+    those in order) rounded once to float32."""
     size = x.shape[1]
     s0, s1, s2, s3 = 0.0, 0.0, 0.0, 0.0
     for i in range(size):
@@ -113,7 +112,7 @@ def _norm_row(x, delta, add, weight, eps, h, out, r):
         if add:
             h[r, i] = value
         square = np.float64(value) * np.float64(value)  # exact in float64
-        lane = i % LANES
+        lane = i % 4
         if lane == 0:
             s0 += square
         elif lane == 1:

@@ -87,7 +87,8 @@ def test_attend_requests_takes_the_row_kernel_for_decodes_and_the_gemm_path_for_
     k_cache, v_cache = torch.randn(2, KV, 200, DIM, generator=_gen()), torch.randn(2, KV, 200, DIM, generator=_gen(1))
     long = row_ops.ATTEND_MAX_ROWS + 1
     q = torch.randn(2 + long, HEADS, DIM, generator=_gen(2))
-    out = attention_module.attend_requests(q, k_cache, v_cache, [1, 0], [10, 0], [2, long], [None, None], scale=0.1)
+    out = attention_module.attend_requests(q, k_cache, v_cache, [1, 0], [10, 0], [2, long], [None, None], scale=0.1,
+                                           kernel=row_ops)
     assert calls == [2]  # the decode-sized request only
     want = attend(q[2:], k_cache[0, :, :long], v_cache[0, :, :long], scale=0.1, causal=True)
     assert torch.equal(out[2:], want)
