@@ -153,18 +153,18 @@ class _PackedWeights:
 
     def get(self, x: torch.Tensor, row_invariant: bool) -> _Packed | None:
         """The packed weights if they apply to ``x``, else None (use ``F.linear``)."""
-        weights = [lin.weight for lin in self._linears]
+        # the weights, then the biases: read every call (a module's parameter may have been replaced)
+        params = [lin.weight for lin in self._linears] + [lin.bias for lin in self._linears if lin.bias is not None]
         if (
             not _ONEDNN
             or self._failed
-            or x.device.type != "cpu"
+            or not x.is_cpu
             or x.dtype != torch.float32
-            or weights[0].dtype != torch.float32
+            or params[0].dtype != torch.float32
             or x.numel() == 0
-            or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
+            or (torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in params)))
         ):
             return None
-        params = weights + [lin.bias for lin in self._linears if lin.bias is not None]
         # inference tensors have no version counter (and cannot be updated outside inference mode)
         versions = [-1 if p.is_inference() else p._version for p in params]
         same = len(params) == len(self._sources) and all(p is q for p, q in zip(params, self._sources))
@@ -191,6 +191,7 @@ class _Packed:
         biases = [lin.bias.detach() for lin in linears if lin.bias is not None]
         self.bias = torch.cat(biases) if biases else None
         self._row: object = _UNBUILT  # RowGemv | None, probed on first use
+        self._row_max = 0  # up to this many rows ``_row`` is the answer (0 until probed)
 
     def _cat_weight(self) -> torch.Tensor:
         weights = [lin.weight.detach() for lin in self._linears]
@@ -204,14 +205,16 @@ class _Packed:
             return None
         if self._row is _UNBUILT:
             self._row = module.RowGemv.probe(self._cat_weight(), self.bias, self._onednn)
+            self._row_max = module.MAX_ROWS  # from now on ``__call__`` reads ``_row`` directly
         return self._row
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [..., in] -> [..., out]."""
-        x2d = x.reshape(-1, x.shape[-1])
-        kernel = self.row_kernel(x2d.shape[0])
-        y = self._onednn(x2d) if kernel is None else kernel(x2d)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
+        if x.dim() != 2:
+            return self(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+        rows = x.shape[0]
+        kernel = self._row if USE_ROW_KERNEL and rows <= self._row_max else self.row_kernel(rows)  # once probed
+        return self._onednn(x) if kernel is None else kernel(x)
 
     def _onednn(self, x2d: torch.Tensor) -> torch.Tensor:
         """x2d [M, in] @ weight.T + bias -> [M, out]; fewer than ``MIN_ROWS`` rows are padded (row invariance)."""

@@ -73,9 +73,15 @@ class Int8Linear(nn.Module):
         kernel = row_gemv_module()
         if self._packed is None:
             self._packed = kernel.pack_blocks(self.qweight)
-        x2d = x.reshape(-1, self.in_features).float()
+        x2d = x if x.dim() == 2 and x.dtype == torch.float32 else x.reshape(-1, self.in_features).float()
         rows, step = x2d.shape[0], kernel.MAX_ROWS
-        if rows > step and rows % step:  # a prefill: zero rows fill its last chunk, so every chunk takes the
+        if rows <= step:  # a decode / verify / draft row: one call, no chunk bookkeeping
+            y = kernel.gemm_rows(x2d, self._packed, self.in_features)
+            if y.shape[1] != self.out_features:
+                y = y[:, : self.out_features]
+            y = y * self.scale if self.bias is None else y * self.scale + self.bias
+            return y if x.dim() == 2 else y.view(*x.shape[:-1], self.out_features)
+        if rows % step:  # a prefill: zero rows fill its last chunk, so every chunk takes the
             x2d = torch.cat([x2d, x2d.new_zeros(step - rows % step, self.in_features)])  # one compiled size
         chunks = [
             kernel.gemm_rows(x2d[start : start + step], self._packed, self.in_features)

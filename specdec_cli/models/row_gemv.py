@@ -28,6 +28,7 @@ This module imports numba at the top: import it lazily and pad where that import
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Optional
 
@@ -67,7 +68,9 @@ class RowGemv:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] float32 (CPU), M <= MAX_ROWS -> [M, N]."""
-        y = gemm_rows(x, self.packed, self.split)[:, : self.out_features]
+        y = gemm_rows(x, self.packed, self.split)
+        if y.shape[1] != self.out_features:  # N not a multiple of BLOCK (a view costs ~1.5 us: only when needed)
+            y = y[:, : self.out_features]
         return y if self.bias is None else y + torch.from_numpy(self.bias)
 
     @classmethod
@@ -118,13 +121,27 @@ def gemm_rows(x: torch.Tensor, packed: np.ndarray, split: int) -> torch.Tensor:
     converted to float32 exactly, so they take the same arithmetic. A row's result never depends on the others.
     """
     out = torch.empty(x.shape[0], packed.shape[0] * BLOCK, dtype=torch.float32, device="cpu")
-    threads = torch.get_num_threads()
-    if threads != numba.get_num_threads():
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    sync_threads()
     groups = _ROW_TAGS[x.shape[0]]
-    kernel = _gemm if len(groups) == 1 else _gemm_two_groups
-    kernel(x.detach().contiguous().numpy(), packed, split, out.numpy(), *groups)
+    if x.requires_grad or not x.is_contiguous():
+        x = x.detach().contiguous()
+    if len(groups) == 1:
+        _gemm(x.numpy(), packed, split, out.numpy(), groups[0])
+    else:
+        _gemm_two_groups(x.numpy(), packed, split, out.numpy(), *groups)
     return out
+
+
+_numba_threads = threading.local()  # numba's thread count is per calling thread: what it was last set to here
+
+
+def sync_threads() -> None:
+    """Give numba's parallel kernels torch's thread count (``numba.set_num_threads``), once per change and
+    calling thread: asking numba each call costs ~0.7 us, a few percent of a small GEMM's call."""
+    threads = torch.get_num_threads()
+    if getattr(_numba_threads, "value", None) != threads:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        _numba_threads.value = threads
 
 
 def _candidate_splits(in_features: int) -> list[int]:

@@ -85,6 +85,35 @@ def test_the_kernel_follows_weight_updates() -> None:
         torch.testing.assert_close(layer(x), 2 * before, rtol=1e-6, atol=1e-6)
 
 
+def test_switching_the_kernel_off_after_it_was_built_sends_rows_to_onednn(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = _linear(64, 32)
+    x = torch.randn(1, 64)
+    calls = []
+    with torch.inference_mode():
+        layer(x)  # builds and probes the row kernel; later calls skip the lookup
+        assert layer._packed._value._row is not None
+        onednn = layer._packed._value._onednn
+        monkeypatch.setattr(layer._packed._value, "_onednn", lambda rows: calls.append(rows.shape[0]) or onednn(rows))
+        with_kernel = layer(x)
+        assert calls == []
+        monkeypatch.setattr(fast_linear, "USE_ROW_KERNEL", False)  # what the benchmarks toggle mid-process
+        assert torch.equal(layer(x), with_kernel) and calls == [1]
+
+
+def test_numba_follows_torchs_thread_count_across_changes() -> None:
+    from specdec_cli.models.row_gemv import gemm_rows, pack_blocks
+
+    packed = pack_blocks(torch.randn(BLOCK, 64))
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS), 1):
+            torch.set_num_threads(threads)
+            gemm_rows(torch.randn(1, 64), packed, 64)
+            assert numba.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_warm_up_builds_every_packed_weight_and_row_kernel_and_leaves_no_trace() -> None:
     from model_factories import tiny_hf, to_ours
 
