@@ -58,6 +58,8 @@ class SuffixEnhancer(Drafter):
     def propose(self, requests: list[DraftRequest], k: int, params: BatchParams) -> Proposal:
         found = self.retrieval.propose(requests, k, params)
         lengths = found.num_drafts
+        if not any(lengths):  # no suffix match anywhere (most steps): the model's proposal as it is
+            return self.model.propose(requests, k, params)
         device = params.temperature.device  # the model's; retrieval runs on the host and is copied once
         tokens = torch.zeros(len(requests), k, dtype=torch.int64, device=device)
         probs = torch.zeros(len(requests), k, self.draft_vocab_size, device=device)

@@ -139,8 +139,10 @@ class FeatureDrafter(Drafter):
         features, tokens, counts = self._catch_up(requests)
         device = self.head.embed_weight.device
         out = self._step(self.head.fuse(features), tokens.to(device), slots, counts)
-        last = torch.tensor(counts, device=device).cumsum(0) - 1
-        out = out[last]
+        if len(counts) == 1:  # batch 1: the last row, a view
+            out = out[-1:]
+        else:
+            out = out[torch.tensor(counts, device=device).cumsum(0) - 1]
         params = drafting_params(params, self.policy)
         drafted = torch.zeros(len(requests), k, dtype=torch.int64, device=device)
         draft_probs = torch.zeros(len(requests), k, self.draft_vocab_size, device=device)
