@@ -24,11 +24,16 @@ target's autoregressive samples. Two sibling schemes satisfy the proviso:
     renormalised (``without_replacement_probs``).
 With a greedy target (one-hot p) both reduce to: follow the child equal to the target's argmax.
 
+On CPU the walk is one compiled call per row (``cpu_tree``); on accelerators, or where numba cannot be
+imported, the batched torch walk below.
+
 Randomness: N + 1 float64 uniforms per row, u_j indexed by node (each node is tested at most once) and the
 last for the final draw, so a row's stream advances by the same amount whatever the tree's outcome.
 """
 from __future__ import annotations
 
+import functools
+from types import ModuleType
 from typing import Optional
 
 import torch
@@ -116,6 +121,9 @@ def tree_accept(
     if uniforms is None:
         uniforms = draw_uniforms((num_nodes + 1,), generators, num_rows=batch, device=device)
     uniforms = uniforms.to(device, torch.float64)
+    kernel = _cpu_kernel()
+    if kernel is not None and kernel.usable(target_probs, node_draft_probs):
+        return kernel.tree_walk(target_probs, node_tokens, parents.cpu(), node_draft_probs, uniforms, depth)
     children = [[i for i, p in enumerate(parents.tolist()) if p == row - 1] for row in range(rows)]
     index = torch.arange(batch, device=device)
     tokens = torch.full((batch, depth + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=device)
@@ -157,6 +165,16 @@ def tree_accept(
         row = torch.where(go, accepted + 1, row)
         live = go
     return tokens, emitted, path
+
+
+@functools.cache
+def _cpu_kernel() -> Optional[ModuleType]:
+    """The compiled CPU walk (``cpu_tree``), or None where numba cannot be imported."""
+    try:
+        from specdec_cli.sampling import cpu_tree
+    except ImportError:
+        return None
+    return cpu_tree
 
 
 def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

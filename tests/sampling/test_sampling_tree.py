@@ -1,11 +1,13 @@
 """Tree acceptance: exact vectors for the greedy walk, and the emitted law equals the target's (chi-square +
-TV) for deterministic and without-replacement siblings, over peaked, near-uniform and disjoint cases."""
+TV) for deterministic and without-replacement siblings, over peaked, near-uniform and disjoint cases, on the
+compiled CPU walk and the torch walk; the two walks emit the same tokens for the same uniforms."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 from sampling_stats import assert_law
+from specdec_cli.sampling import tree
 from specdec_cli.sampling.tree import (
     draw_without_replacement,
     tree_accept,
@@ -17,6 +19,16 @@ from specdec_cli.sampling.tree import (
 PARENTS = torch.tensor([-1, -1, -1, 0, 0, 1])  # three root children; two under node 0, one under node 1
 VOCAB = 6
 SAMPLES = 200_000
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def walk(request, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the test on the compiled CPU walk and on the torch walk (accelerators, or no numba)."""
+    if request.param == "torch":
+        monkeypatch.setattr(tree, "_cpu_kernel", lambda: None)
+    else:
+        assert tree._cpu_kernel() is not None
+    return request.param
 
 
 def test_depths_and_topological_order():
@@ -67,7 +79,7 @@ def _draw_children(probs: torch.Tensor, count: int, generator: torch.Generator) 
 
 @pytest.mark.parametrize("case", ["peaked", "near_uniform", "disjoint"])
 @pytest.mark.parametrize("siblings", ["deterministic", "without_replacement"])
-def test_two_token_law_equals_the_target(case, siblings):
+def test_two_token_law_equals_the_target(case, siblings, walk):
     generator = torch.Generator().manual_seed(len(case) * 7 + len(siblings))
     p1, p2, q1, q2 = _laws(case, generator)
     batch = SAMPLES
@@ -105,3 +117,36 @@ def test_draws_without_replacement_follow_the_sequential_law():
     assert sorted(few[0, :2].tolist()) == [1, 3] and few[0, 2:].tolist() == [-1, -1]
     again = draw_without_replacement(torch.tensor([[0.0, 0.7, 0.0, 0.3, 0.0, 0.0]]), 4, torch.Generator().manual_seed(1))
     assert torch.equal(few, again)
+
+
+def _random_tree(num_nodes: int, generator: torch.Generator) -> torch.Tensor:
+    """parents [N]: node i hangs under a random earlier node or the root."""
+    return torch.tensor([int(torch.randint(-1, i, (), generator=generator)) for i in range(num_nodes)])
+
+
+@pytest.mark.parametrize("vocab", [5, 300, 49_152])
+@pytest.mark.parametrize("siblings", ["deterministic", "without_replacement"])
+def test_compiled_walk_emits_what_the_torch_walk_emits(vocab, siblings, monkeypatch):
+    """Same uniforms, same tokens / lengths / paths: chains, wide and random trees, peaked rows with exact
+    zeros, drafts equal to the target (an empty residual) and nodes the target gives zero."""
+    generator = torch.Generator().manual_seed(vocab + len(siblings))
+    shapes = [torch.tensor([-1, 0, 1, 2]), torch.tensor([-1, -1, -1, -1]), torch.tensor([], dtype=torch.int64),
+              *[_random_tree(n, generator) for n in (3, 7, 12)]]
+    for parents in shapes:
+        batch, nodes = 16, parents.numel()
+        logits = 3 * torch.randn(batch, nodes + 1, vocab, generator=generator)
+        logits[logits < -4] = -float("inf")
+        target = logits.softmax(-1)
+        draft = (logits[:, 1:] + torch.randn(batch, nodes, vocab, generator=generator)).softmax(-1)
+        draft[::4] = target[::4, 1:]  # an empty residual after a rejection
+        node_tokens = torch.multinomial(draft.reshape(-1, vocab), 1, generator=generator).view(batch, nodes)
+        if siblings == "deterministic":
+            draft = None
+            node_tokens = torch.randint(0, vocab, (batch, nodes), generator=generator)
+        uniforms = torch.rand(batch, nodes + 1, generator=generator, dtype=torch.float64)
+        compiled = tree_accept(target, node_tokens, parents, draft, uniforms=uniforms)
+        with monkeypatch.context() as patch:
+            patch.setattr(tree, "_cpu_kernel", lambda: None)
+            reference = tree_accept(target, node_tokens, parents, draft, uniforms=uniforms)
+        for got, expected in zip(compiled, reference):
+            assert torch.equal(got, expected), parents.tolist()
