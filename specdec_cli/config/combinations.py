@@ -71,7 +71,8 @@ def features_in_use(cfg: RunConfig) -> dict[str, bool]:
 AUTO_TREE_TOPK = 2
 """Children per node of the auto tree (EAGLE-3, greedy, batch 1): topk 2 / 8 nodes measured at or above the chain
 on every prompt set (held-out families 1.37-1.43x vs 1.31-1.34x, MT-Bench 1.33-1.38x vs 1.29x), while at T=1
-trees stay behind the chain (benchmarks/results_unseen_heldout_tree_sweep.md, results_unseen_tree.md)."""
+a sampled tree is at best level with the chain (benchmarks/results_unseen_heldout_tree_sweep.md,
+results_protocol64.md)."""
 
 
 def tree_topk_for(cfg: RunConfig, all_greedy: bool, cuda_graphs: bool) -> int:
