@@ -1,8 +1,8 @@
 """The compiled CPU walk of ``sampling.tree.tree_accept``: a whole draft tree verified in one pass per row.
 
 The torch walk runs ~15 small ops per sibling tried over [B, V] float64 rows (gather, one-hot, clamp, sum,
-divide, where) and a cumsum + two searchsorteds per final draw: about 1 ms for a 4-node chain over a 49k
-vocabulary. Here each batch row is one call that keeps its residual in a float64 work row:
+divide, where) and a cumsum + two searchsorteds per final draw: 0.8-2.5 ms for a 4-node chain over a 49k
+vocabulary (0.2 ms here; benchmarks/results_steps.md). Each batch row keeps its residual in a float64 work row:
   residual <- the target row at the current node;
   each child in order: accept iff u * q(c) < residual(c); else residual <- max(residual - q, 0), renormalised
   (kept when that is all zero);
