@@ -4,7 +4,7 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_tree_walk.py [--reps 30] [--e
 
 Hot: median ms of one ``tree_accept`` call (one row, the target's 49,152-token vocabulary) for a 4-node chain and a
 topk 2 / 8-node tree, with sampled q and with one-hot q. End to end (``--end-to-end``): the Python API's default
-``LLM(["method=eagle3"])`` (the auto tree, so its T=1 requests verify sampled trees) against ``method=none`` on the
+``LLM(["method=eagle3"])`` (the auto tree: its T=1 requests verify sampled trees) against ``method=none`` on the
 held-out families at T=1, 64 tokens, two passes, the two walks interleaved per prompt in one process; prints
 tokens/s, the ratio over ``none``, acceptance length and the accept phase per step.
 """

@@ -4,11 +4,10 @@ Usage: chrt -f 5 .venv/bin/python benchmarks/bench_unseen.py [--max-new 48] [--t
            [--configs none suffix "eagle3 method.suffix_enhancer=false" eagle3 ...]
            [--prompts benchmarks/prompts/unseen.jsonl] [--repeats 1] [--seed 0] [--out benchmarks/results_unseen.md]
 
-Engines are built per temperature, as `specdec run` with that sampler would build them (EAGLE-3's auto tree is
-for greedy runs only), and first run the engine warm-up (unmeasured). Each configuration is a list of ``specdec run``
-overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the shipped default: the suffix
-enhancer resolves on). The target loads once; every
-configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
+Engines are built per temperature, as `specdec run` with that sampler would build them (EAGLE-3's auto tree
+has 8 nodes greedy, K + 1 sampled), and first run the engine warm-up (unmeasured). Each configuration is a list
+of ``specdec run`` overrides, composed and validated exactly as the CLI does (so ``eagle3`` is the shipped
+default: the suffix enhancer resolves on). The target loads once; every configuration runs every prompt, configurations alternating inside each prompt, batch 1, chat template, the
 prompt's family is its id up to the first '_'. Per family and temperature: acceptance length (tokens per verify
 step), tokens/s as a ratio to ``none`` from the same run (end to end, and over all families for the decode
 phase: after each prompt's first token), and the time breakdown (target forward / draft /

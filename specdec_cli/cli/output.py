@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from specdec_cli.config.combinations import tree_nodes
 from specdec_cli.config.compose import describe_hydra_error
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import RunConfig
@@ -85,7 +84,7 @@ def print_run_summary(result: RunResult, output_dir: str) -> None:
     per_position = ", ".join(f"{rate:.2f}" for rate in metrics["per_position_acceptance"]) or "-"
     rows = {
         "method": f"{method.name} (K={method.num_draft_tokens}"
-        + (f"; tree: topk {topk}, {tree_nodes(method, topk)} nodes)" if topk > 1 else ")"),
+        + (f"; tree: topk {topk}, {result.effective.tree_nodes} nodes)" if topk > 1 else ")"),
         "sampler": result.config.sampler.name,
         "acceptance": acceptance_label(result.effective.rejection, result.effective.relaxed_acceptance),
         "requests / tokens": f"{metrics['num_requests']} / {metrics['generated_tokens']}",

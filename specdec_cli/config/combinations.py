@@ -69,22 +69,38 @@ def features_in_use(cfg: RunConfig) -> dict[str, bool]:
 
 
 AUTO_TREE_TOPK = 2
-"""Children per node of the auto tree (EAGLE-3, greedy, batch 1): topk 2 / 8 nodes measured at or above the chain
-on every prompt set (held-out families 1.37-1.43x vs 1.31-1.34x, MT-Bench 1.33-1.38x vs 1.29x), while at T=1
-a sampled tree is at best level with the chain (benchmarks/results_unseen_heldout_tree_sweep.md,
-results_protocol64.md)."""
+"""Children per node of the auto tree (EAGLE-3, batch 1). Greedy: topk 2 / 8 nodes measured at or above the chain
+on every prompt set (held-out families 1.37-1.43x vs 1.31-1.34x, MT-Bench 1.33-1.38x vs 1.29x;
+benchmarks/results_unseen_heldout_tree_sweep.md). Sampled, since tree rejection is compiled on CPU: topk 2 with
+K + 1 nodes (AUTO_SAMPLED_TREE_EXTRA_NODES) mean 1.245x vs the chain's 1.217x over six seed sets on the held-out
+families (ahead in five, level in one), while 8 nodes only matched the chain (benchmarks/results_protocol64.md)."""
+
+AUTO_SAMPLED_TREE_EXTRA_NODES = 1
+"""The auto tree's nodes beyond its depth K where some request samples: the chain plus one sibling."""
 
 
-def tree_topk_for(cfg: RunConfig, all_greedy: bool, cuda_graphs: bool) -> int:
-    """``method.tree_topk`` resolved: an explicit value, or auto (None, EAGLE-3): AUTO_TREE_TOPK where every
-    request is greedy and a tree can run here (``fields.check_tree`` finds nothing, no CUDA graphs), else 1."""
+def tree_topk_for(cfg: RunConfig, cuda_graphs: bool) -> int:
+    """``method.tree_topk`` resolved: an explicit value, or auto (None, EAGLE-3): AUTO_TREE_TOPK where a tree can
+    run here (``fields.check_tree`` finds nothing, no CUDA graphs), else 1."""
     if cfg.method.tree_topk is not None:
         return cfg.method.tree_topk
     can_tree = cfg.method.name in TABLE and support(cfg.method.name, "draft_tree").supported
-    if not all_greedy or cuda_graphs or not can_tree:
+    if cuda_graphs or not can_tree:
         return 1
     tree = dataclasses.replace(cfg, method=dataclasses.replace(cfg.method, tree_topk=AUTO_TREE_TOPK))
     return 1 if check_tree(tree) else AUTO_TREE_TOPK
+
+
+def tree_nodes_for(method: MethodConfig, tree_topk: int, all_greedy: bool) -> int:
+    """Nodes per tree verify (0: the chain): ``method.max_total_draft_tokens``; by default tree_topk *
+    num_draft_tokens, or for the auto tree where some request samples num_draft_tokens + 1."""
+    if tree_topk <= 1:
+        return 0
+    if method.max_total_draft_tokens:
+        return method.max_total_draft_tokens
+    if method.tree_topk is None and not all_greedy:
+        return method.num_draft_tokens + AUTO_SAMPLED_TREE_EXTRA_NODES
+    return tree_topk * method.num_draft_tokens
 
 
 AUTO_DRAFT_MAX_BATCH = {"eagle3": 2}
@@ -106,11 +122,6 @@ def draft_len_schedule_for(cfg: RunConfig, device: str) -> dict[int, int]:
     if device == "cpu" and model_drafter and cfg.engine.max_batch_size > max_batch:
         return {max_batch: cfg.method.num_draft_tokens}
     return {}
-
-
-def tree_nodes(method: MethodConfig, tree_topk: int) -> int:
-    """Nodes per tree verify: method.max_total_draft_tokens, by default tree_topk * num_draft_tokens."""
-    return method.max_total_draft_tokens or tree_topk * method.num_draft_tokens
 
 
 def suffix_enhancer_on(method: MethodConfig) -> bool:

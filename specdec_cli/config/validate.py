@@ -17,6 +17,7 @@ from specdec_cli.config.combinations import (
     resolve_cuda_graphs,
     resolve_rejection,
     suffix_enhancer_on,
+    tree_nodes_for,
     tree_topk_for,
 )
 from specdec_cli.config.effective import EffectiveConfig
@@ -71,14 +72,16 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     all_greedy = all(s.temperature == 0 for s in samplers) and (
         cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
     )
-    tree_topk = tree_topk_for(cfg, all_greedy, cuda_graphs)
+    tree_topk = tree_topk_for(cfg, cuda_graphs)
+    tree_nodes = tree_nodes_for(cfg.method, tree_topk, all_greedy)
     if cfg.method.tree_topk is None:
         found.reasons.append(
             f"method.tree_topk=auto -> {tree_topk}: " + (
-                "every request is greedy at batch 1: a dynamic draft tree (method.max_total_draft_tokens nodes, "
-                "default tree_topk * num_draft_tokens) accepts more than the chain" if tree_topk > 1 else
-                "the chain (a tree runs only when every request is greedy, at engine.max_batch_size=1, on one "
-                "process, without method.adaptive_min_accept or CUDA graphs)"))
+                f"batch 1: a dynamic draft tree of {tree_nodes} nodes (method.max_total_draft_tokens; auto: "
+                "tree_topk * num_draft_tokens when every request is greedy, num_draft_tokens + 1 where some "
+                "sample) accepts more than the chain" if tree_topk > 1 else
+                "the chain (a tree runs only at engine.max_batch_size=1, on one process, without "
+                "method.adaptive_min_accept or CUDA graphs)"))
     schedule = draft_len_schedule_for(cfg, device)
     if schedule and not cfg.method.draft_len_schedule:
         found.reasons.append(
@@ -108,6 +111,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         suffix_enhancer=enhancer,
         head_dtype=head_dtype,
         tree_topk=tree_topk,
+        tree_nodes=tree_nodes,
         draft_len_schedule=schedule,
         all_greedy=all_greedy,
         reasons=found.reasons,

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from specdec_cli.config.combinations import tree_nodes
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import MethodConfig, RunConfig
 from specdec_cli.drafters import build_drafter
@@ -89,7 +88,7 @@ def build_engine(target: Transformer, drafter: Optional[Drafter], cfg: RunConfig
     """The engine ``cfg`` asks for around ``drafter``: the tree engine for a draft tree, else the chain engine."""
     if effective.tree_topk > 1:
         return TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
-                              max_nodes=tree_nodes(cfg.method, effective.tree_topk))
+                              max_nodes=effective.tree_nodes)
     return SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
 
 

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from specdec_cli.config.combinations import tree_nodes
+from specdec_cli.config.combinations import tree_nodes_for
 from specdec_cli.config.schema import MethodConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
@@ -120,10 +120,12 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
         draft_len_schedule=setup.draft_len_schedule or None,
         rejection=setup.rejection, backend=setup.backend, skip=skip_rule(method),
     )
-    topk = method.tree_topk or 1  # auto (None) verifies the chain: the distribution checks sample, never greedy
+    # auto (None) verifies the chain, batched; name the tree to check it (the T=1 default at batch 1:
+    # method.tree_topk=2 method.max_total_draft_tokens=5), one request at a time
+    topk = method.tree_topk or 1
     if topk > 1:  # trees verify one request at a time (engine/tree.py)
         return TreeSpecEngine(setup.target, drafter, dataclasses.replace(options, max_batch_size=1),
-                              max_nodes=tree_nodes(method, topk))
+                              max_nodes=tree_nodes_for(method, topk, all_greedy=False))
     return SharedPromptEngine(setup.target, drafter, options, case.token_ids)
 
 
