@@ -76,7 +76,7 @@ K + 1 nodes (AUTO_SAMPLED_TREE_EXTRA_NODES) mean 1.245x vs the chain's 1.217x ov
 families (ahead in five, level in one), while 8 nodes only matched the chain (benchmarks/results_protocol64.md)."""
 
 AUTO_SAMPLED_TREE_EXTRA_NODES = 1
-"""The auto tree's nodes beyond its depth K where some request samples: the chain plus one sibling."""
+"""The auto tree's nodes beyond its depth K for a sampled request: the chain plus one sibling."""
 
 
 def tree_topk_for(cfg: RunConfig, cuda_graphs: bool) -> int:
@@ -91,14 +91,14 @@ def tree_topk_for(cfg: RunConfig, cuda_graphs: bool) -> int:
     return 1 if check_tree(tree) else AUTO_TREE_TOPK
 
 
-def tree_nodes_for(method: MethodConfig, tree_topk: int, all_greedy: bool) -> int:
-    """Nodes per tree verify (0: the chain): ``method.max_total_draft_tokens``; by default tree_topk *
-    num_draft_tokens, or for the auto tree where some request samples num_draft_tokens + 1."""
+def tree_nodes_for(method: MethodConfig, tree_topk: int, sampled: bool) -> int:
+    """Nodes per tree verify of a greedy or a ``sampled`` request (0: the chain): ``method.max_total_draft_tokens``;
+    by default tree_topk * num_draft_tokens, or for the auto tree's sampled requests num_draft_tokens + 1."""
     if tree_topk <= 1:
         return 0
     if method.max_total_draft_tokens:
         return method.max_total_draft_tokens
-    if method.tree_topk is None and not all_greedy:
+    if method.tree_topk is None and sampled:
         return method.num_draft_tokens + AUTO_SAMPLED_TREE_EXTRA_NODES
     return tree_topk * method.num_draft_tokens
 

@@ -25,7 +25,8 @@ class EffectiveConfig:
     suffix_enhancer: bool = False  # method.suffix_enhancer resolved (auto: on for chain model drafters)
     head_dtype: Optional[str] = None  # method.head_dtype resolved (auto: int8 for EAGLE-3 on CPU); None: model.dtype
     tree_topk: int = 1  # method.tree_topk resolved (auto, EAGLE-3: a tree at batch 1 on one process)
-    tree_nodes: int = 0  # nodes per tree verify (method.max_total_draft_tokens resolved); 0: the chain
+    tree_nodes: int = 0  # nodes per tree verify of a greedy request (method.max_total_draft_tokens resolved); 0: chain
+    sampled_tree_nodes: int = 0  # the same for a sampled request (auto tree: K + 1)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``json.dumps`` turns the schedule's int keys into strings)."""

@@ -103,7 +103,7 @@ class Eagle3MethodConfig(LearnedHeadMethodConfig):
     # Target layers whose outputs are fused (output-of-layer-i convention); None: {1, N/2-1, N-4}.
     target_layers: Optional[list[int]] = None
     # None (auto): a tree of topk AUTO_TREE_TOPK where a tree can run (batch 1, one process, no adaptive skip,
-    # no CUDA graphs; K * topk nodes when every request is greedy, K + 1 where some sample), else the chain
+    # no CUDA graphs; K * topk nodes for a greedy request, K + 1 for a sampled one), else the chain
     # (config.combinations.tree_topk_for, tree_nodes_for).
     tree_topk: Optional[int] = None
 

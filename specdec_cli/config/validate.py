@@ -73,13 +73,14 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
     )
     tree_topk = tree_topk_for(cfg, cuda_graphs)
-    tree_nodes = tree_nodes_for(cfg.method, tree_topk, all_greedy)
+    tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=False)
+    sampled_tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=True)
     if cfg.method.tree_topk is None:
         found.reasons.append(
             f"method.tree_topk=auto -> {tree_topk}: " + (
-                f"batch 1: a dynamic draft tree of {tree_nodes} nodes (method.max_total_draft_tokens; auto: "
-                "tree_topk * num_draft_tokens when every request is greedy, num_draft_tokens + 1 where some "
-                "sample) accepts more than the chain" if tree_topk > 1 else
+                f"batch 1: a dynamic draft tree of {tree_nodes} nodes for a greedy request, {sampled_tree_nodes} "
+                "for a sampled one (method.max_total_draft_tokens; auto: tree_topk * num_draft_tokens greedy, "
+                "num_draft_tokens + 1 sampled) accepts more than the chain" if tree_topk > 1 else
                 "the chain (a tree runs only at engine.max_batch_size=1, on one process, without "
                 "method.adaptive_min_accept or CUDA graphs)"))
     schedule = draft_len_schedule_for(cfg, device)
@@ -112,6 +113,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         head_dtype=head_dtype,
         tree_topk=tree_topk,
         tree_nodes=tree_nodes,
+        sampled_tree_nodes=sampled_tree_nodes,
         draft_len_schedule=schedule,
         all_greedy=all_greedy,
         reasons=found.reasons,

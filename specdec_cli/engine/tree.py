@@ -29,14 +29,17 @@ EMPTY_TREE = DraftTree([], [], [])
 
 
 class TreeSpecEngine(SpecEngine):
-    """``SpecEngine`` whose drafts are trees of at most ``max_nodes`` nodes (one request at a time)."""
+    """``SpecEngine`` whose drafts are trees of at most ``max_nodes`` nodes for a greedy request and
+    ``sampled_max_nodes`` (default: the same) for a sampled one (one request at a time)."""
 
     def __init__(self, target: Transformer, drafter: TreeFeatureDrafter, options: EngineOptions, *, max_nodes: int,
+                 sampled_max_nodes: Optional[int] = None,
                  decode: Optional[Callable[[list[int]], str]] = None) -> None:
         if options.max_batch_size != 1:
             raise ValueError("tree speculation runs one request at a time (engine.max_batch_size=1)")
         super().__init__(target, drafter, options, decode=decode)
         self.max_nodes = max_nodes
+        self.sampled_max_nodes = sampled_max_nodes or max_nodes
         self.trees: dict[int, DraftTree] = {}
 
     @torch.inference_mode()
@@ -110,12 +113,14 @@ class TreeSpecEngine(SpecEngine):
         request.output_token_ids.extend(emitted)
 
     def _propose(self, request: Request) -> DraftTree:
-        """The next tree: depth <= K, nodes <= max_nodes and the cache's room, neither past max_new_tokens (a
-        chain-shaped tree, such as the suffix enhancer's, is as deep as its nodes are many)."""
+        """The next tree: depth <= K, nodes <= the request's node budget (greedy or sampled) and the cache's room,
+        neither past max_new_tokens (a chain-shaped tree, such as the suffix enhancer's, is as deep as its nodes
+        are many)."""
         depth = min(draft_len_for(1, self.options.max_draft_len, self.options.draft_len_schedule),
                     request.remaining - 1)
         room = self.options.max_seq_len - len(request.token_ids)
-        nodes = min(self.max_nodes, room, request.remaining - 1)
+        budget = self.sampled_max_nodes if request.params.temperature > 0 else self.max_nodes
+        nodes = min(budget, room, request.remaining - 1)
         if min(depth, nodes) < 1:
             return EMPTY_TREE
         self.stats.draft_forwards += 1

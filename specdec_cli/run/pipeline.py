@@ -88,7 +88,7 @@ def build_engine(target: Transformer, drafter: Optional[Drafter], cfg: RunConfig
     """The engine ``cfg`` asks for around ``drafter``: the tree engine for a draft tree, else the chain engine."""
     if effective.tree_topk > 1:
         return TreeSpecEngine(target, drafter, engine_options(cfg, effective), decode=decode,
-                              max_nodes=effective.tree_nodes)
+                              max_nodes=effective.tree_nodes, sampled_max_nodes=effective.sampled_tree_nodes)
     return SpecEngine(target, drafter, engine_options(cfg, effective), decode=decode)
 
 

@@ -125,7 +125,7 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
     topk = method.tree_topk or 1
     if topk > 1:  # trees verify one request at a time (engine/tree.py)
         return TreeSpecEngine(setup.target, drafter, dataclasses.replace(options, max_batch_size=1),
-                              max_nodes=tree_nodes_for(method, topk, all_greedy=False))
+                              max_nodes=tree_nodes_for(method, topk, sampled=True))
     return SharedPromptEngine(setup.target, drafter, options, case.token_ids)
 
 

@@ -254,7 +254,7 @@ def test_effective_config_is_json_ready() -> None:
     record = effective("method=eagle3", "sampler=topk").to_dict()
     assert set(record) == {
         "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "reasons",
-        "cuda_graphs", "suffix_enhancer", "head_dtype", "tree_topk", "tree_nodes",
+        "cuda_graphs", "suffix_enhancer", "head_dtype", "tree_topk", "tree_nodes", "sampled_tree_nodes",
     }
     json.dumps(record)
 
@@ -273,22 +273,23 @@ def test_head_dtype_auto_resolution(overrides, hw, head_dtype) -> None:
         head_dtype == "int8" and "method.head_dtype=float32" not in overrides)
 
 
-@pytest.mark.parametrize("overrides, tree_topk, tree_nodes", [
-    (("method=eagle3",), 2, 8),  # auto: greedy at batch 1 -> a tree of topk * K nodes, and said so
-    (("method=eagle3", "sampler=temperature"), 2, 5),  # sampled: the chain plus one sibling (K + 1 nodes)
-    (("method=eagle3", "sampler=temperature", "method.num_draft_tokens=3"), 2, 4),
-    (("method=eagle3", "sampler=temperature", "method.max_total_draft_tokens=8"), 2, 8),  # explicit nodes win
-    (("method=eagle3", "sampler=temperature", "method.tree_topk=2"), 2, 8),  # explicit topk: topk * K
-    (("method=eagle3", "workload=jsonl", f"workload.path={__file__}"), 2, 5),  # rows may carry a temperature
-    (("method=eagle3", "engine.max_batch_size=4"), 1, 0),  # a tree verifies one request at a time
-    (("method=eagle3", "method.adaptive_min_accept=0.5"), 1, 0),  # the tree engine does not apply the skip rule
-    (("method=eagle3", "method.tree_topk=1"), 1, 0),  # explicit wins
-    (("method=eagle3", "method.tree_topk=4", "engine.max_batch_size=1"), 4, 16),
-    (("method=mtp",), 1, 0),  # only EAGLE-3 expands a tree
+@pytest.mark.parametrize("overrides, tree_topk, nodes", [
+    # (greedy request's nodes, sampled request's nodes)
+    (("method=eagle3",), 2, (8, 5)),  # auto at batch 1: topk * K greedy, the chain plus one sibling sampled
+    (("method=eagle3", "sampler=temperature"), 2, (8, 5)),
+    (("method=eagle3", "sampler=temperature", "method.num_draft_tokens=3"), 2, (6, 4)),
+    (("method=eagle3", "sampler=temperature", "method.max_total_draft_tokens=7"), 2, (7, 7)),  # explicit nodes win
+    (("method=eagle3", "sampler=temperature", "method.tree_topk=2"), 2, (8, 8)),  # explicit topk: topk * K
+    (("method=eagle3", "workload=jsonl", f"workload.path={__file__}"), 2, (8, 5)),
+    (("method=eagle3", "engine.max_batch_size=4"), 1, (0, 0)),  # a tree verifies one request at a time
+    (("method=eagle3", "method.adaptive_min_accept=0.5"), 1, (0, 0)),  # the tree engine does not apply the skip
+    (("method=eagle3", "method.tree_topk=1"), 1, (0, 0)),  # explicit wins
+    (("method=eagle3", "method.tree_topk=4", "engine.max_batch_size=1"), 4, (16, 16)),
+    (("method=mtp",), 1, (0, 0)),  # only EAGLE-3 expands a tree
 ])
-def test_tree_topk_auto_resolution(overrides, tree_topk, tree_nodes) -> None:
+def test_tree_topk_auto_resolution(overrides, tree_topk, nodes) -> None:
     resolved = effective(*overrides)
-    assert (resolved.tree_topk, resolved.tree_nodes) == (tree_topk, tree_nodes)
+    assert (resolved.tree_topk, (resolved.tree_nodes, resolved.sampled_tree_nodes)) == (tree_topk, nodes)
     auto = [r for r in resolved.reasons if r.startswith("method.tree_topk=auto")]
     assert len(auto) == ("method=eagle3" in overrides and not any("tree_topk" in o for o in overrides))
     assert all(r.startswith(f"method.tree_topk=auto -> {tree_topk}: ") for r in auto)

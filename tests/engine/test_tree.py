@@ -67,7 +67,7 @@ DRAFT_IDS = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])  # a reduced 
 
 
 def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confidence: float = 0.0,
-                 enhancer_min_match: int = 0):
+                 enhancer_min_match: int = 0, sampled_nodes: int | None = None):
     from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
     from specdec_cli.engine.engine import EngineOptions
     from specdec_cli.engine.tree import TreeSpecEngine
@@ -82,7 +82,7 @@ def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confi
 
         drafter = SuffixEnhancer(drafter, min_match=enhancer_min_match, vocab_size=VOCAB)
     options = EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5, max_draft_len=depth)
-    return TreeSpecEngine(target, drafter, options, max_nodes=nodes)
+    return TreeSpecEngine(target, drafter, options, max_nodes=nodes, sampled_max_nodes=sampled_nodes)
 
 
 def _generate(engine, prompts, params, max_new):
@@ -121,6 +121,29 @@ def test_the_confidence_stop_ends_a_tree_after_the_level_where_the_spine_is_unsu
     # sampled: a tree stops after the level where its spine drew an unlikely token (q ~0.06), else grows on
     sampled_depths = {max(_sampled_tree(3, 3, 8, seed, confidence=0.5).depths) for seed in range(12)}
     assert {1, 3} <= sampled_depths, sampled_depths
+
+
+def test_greedy_and_sampled_requests_get_their_own_node_budgets():
+    """The auto tree's shape: 8 nodes for a greedy request, K + 1 for a sampled one, in one engine."""
+    from specdec_cli.engine.request import SamplingParams
+
+    target = toy_model(0, vocab_size=VOCAB, num_layers=2)
+    engine = _tree_engine(target, topk=2, depth=3, nodes=8, sampled_nodes=4)
+    budgets, sizes = {}, {}
+    propose = engine.drafter.propose_tree
+
+    def recorded(request, depth, max_nodes, params):
+        tree = propose(request, depth, max_nodes, params)
+        key = float(params.temperature[0])
+        budgets.setdefault(key, set()).add(max_nodes)
+        sizes[key] = max(sizes.get(key, 0), len(tree.tokens))
+        return tree
+
+    engine.drafter.propose_tree = recorded
+    _generate(engine, [PROMPT, PROMPT], [SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, seed=3)],
+              30)
+    assert max(budgets[0.0]) == 8 and max(budgets[1.0]) == 4
+    assert sizes[0.0] > 4 and 1 <= sizes[1.0] <= 4
 
 
 @pytest.mark.parametrize(("confidence", "enhancer"), [(0.0, 0), (0.95, 0), (0.3, 2)])
