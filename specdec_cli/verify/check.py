@@ -18,8 +18,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.schema import NoneMethodConfig, RunConfig
 from specdec_cli.report.rows import method_label, rejection_label, sampler_label
+from specdec_cli.run.pipeline import with_resolved_method
 from specdec_cli.testing import exact_sequence_law
 from specdec_cli.verify import lossless
 from specdec_cli.verify.lossless import Comparison, Verdict
@@ -59,6 +61,8 @@ def verify(overrides: list[str], options: VerifyOptions,
     """Compose and validate the configuration, sample both sides, test, and judge."""
     options = with_defaults(options)
     cfg, effective = verify_config(overrides, options)
+    auto_tree = cfg.method.tree_topk is None and effective.tree_topk > 1
+    cfg = with_resolved_method(cfg, effective)  # what `specdec run` runs: EAGLE-3's auto tree at batch 1
     setup, cases, target_name = load_target(cfg, effective, options)
     num_tests = len(cases) * tests_per_prompt(options.num_tokens, options.toy)
     tv_factor = lossless.bonferroni_tv_factor(options.alpha, num_tests)
@@ -78,7 +82,7 @@ def verify(overrides: list[str], options: VerifyOptions,
         rejection=rejection_label(effective.to_dict()),
         target=target_name, num_samples=options.num_samples or 0, num_tokens=options.num_tokens,
         proposed_drafts=proposed, accepted_drafts=accepted,
-        notes=_notes(cfg, proposed),
+        notes=_notes(cfg, effective, auto_tree, proposed),
     )
 
 
@@ -136,8 +140,13 @@ def _exact_law(setup: EngineSetup, case: PromptCase, num_tokens: int) -> np.ndar
     return law.numpy()
 
 
-def _notes(cfg: RunConfig, proposed: int) -> list[str]:
+def _notes(cfg: RunConfig, effective: EffectiveConfig, auto_tree: bool, proposed: int) -> list[str]:
     notes = []
+    if auto_tree:
+        nodes = effective.sampled_tree_nodes if cfg.sampler.temperature > 0 else effective.tree_nodes
+        notes.append(f"method.tree_topk=auto -> {cfg.method.tree_topk}: checked the dynamic draft tree `specdec run` "
+                     f"runs at batch 1 ({nodes} nodes per verify), one request at a time; method.tree_topk=1 checks "
+                     "the chain")
     if proposed == 0:
         notes.append("the speculative runs proposed no drafts: this check says nothing about acceptance")
     if cfg.sampler.temperature == 0:

@@ -19,7 +19,6 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from specdec_cli.config.combinations import tree_nodes_for
 from specdec_cli.config.schema import MethodConfig
 from specdec_cli.drafters import build_drafter
 from specdec_cli.drafters.base import Drafter, DrafterDeps
@@ -56,6 +55,8 @@ class EngineSetup:
     draft_len_schedule: Optional[dict[int, int]]
     model_dtype: str = "float32"  # model.dtype as configured (learned heads follow it unless method.head_dtype)
     head_dtype: Optional[str] = None  # the resolved auto head dtype (EffectiveConfig.head_dtype), as `specdec run`
+    tree_nodes: int = 0  # a draft tree's nodes per verify of a greedy / sampled request, as `specdec run` resolves
+    sampled_tree_nodes: int = 0  # them (EffectiveConfig.tree_nodes, sampled_tree_nodes)
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,9 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
         draft_len_schedule=setup.draft_len_schedule or None,
         rejection=setup.rejection, backend=setup.backend, skip=skip_rule(method),
     )
-    # auto (None) verifies the chain, batched; name the tree to check it (the T=1 default at batch 1:
-    # method.tree_topk=2 method.max_total_draft_tokens=5), one request at a time
-    topk = method.tree_topk or 1
-    if topk > 1:  # trees verify one request at a time (engine/tree.py)
+    if method.drafts_a_tree:  # trees verify one request at a time (engine/tree.py)
         return TreeSpecEngine(setup.target, drafter, dataclasses.replace(options, max_batch_size=1),
-                              max_nodes=tree_nodes_for(method, topk, sampled=True))
+                              max_nodes=setup.tree_nodes, sampled_max_nodes=setup.sampled_tree_nodes)
     return SharedPromptEngine(setup.target, drafter, options, case.token_ids)
 
 

@@ -98,6 +98,7 @@ def load_target(cfg: RunConfig, effective: EffectiveConfig,
         draft_len_schedule=effective.draft_len_schedule if cfg.method.draft_len_schedule else None,
         model_dtype="float32" if options.toy else cfg.model.dtype,
         head_dtype=None if options.toy else effective.head_dtype,
+        tree_nodes=effective.tree_nodes, sampled_tree_nodes=effective.sampled_tree_nodes,
     )
     return setup, cases, name
 

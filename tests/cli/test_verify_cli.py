@@ -62,3 +62,25 @@ def test_real_model_verify_smoke(specdec) -> None:
                      "--samples", "96", "--prompts", "1", "--tokens", "2")
     assert result.exit_code == 0, result.out + result.err
     assert "verdict: MATCH" in result.out and "showcase_0" in result.out  # the default workload's first prompt
+
+
+@pytest.mark.slow
+def test_real_model_verify_checks_the_auto_tree_that_run_uses(specdec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``specdec verify method=eagle3`` checks what ``specdec run method=eagle3`` runs at batch 1: the auto tree
+    (tree_topk 2, K + 1 = 5 nodes for a sampled request), not the chain."""
+    from specdec_cli.engine.tree import TreeSpecEngine
+
+    built: list[TreeSpecEngine] = []
+    init = TreeSpecEngine.__init__
+
+    def recording_init(self, *args, **kwargs) -> None:
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(TreeSpecEngine, "__init__", recording_init)
+    result = specdec("verify", "method=eagle3", "sampler=temperature", "--samples", "60", "--prompts", "1",
+                     "--tokens", "2")
+    assert result.exit_code == 0, result.out + result.err
+    assert "verdict: MATCH" in result.out
+    assert "method.tree_topk=auto -> 2: checked the dynamic draft tree" in result.out
+    assert [(engine.max_nodes, engine.sampled_max_nodes) for engine in built] == [(8, 5)]
