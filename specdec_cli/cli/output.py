@@ -78,16 +78,22 @@ def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
         console.print(Text(f"  - {reason}"), soft_wrap=True)
 
 
+def tree_nodes_label(effective: EffectiveConfig) -> str:
+    """The nodes a run's tree verifies: "8", or "8 greedy / 5 sampled" when its requests mix both."""
+    greedy, sampled = effective.tree_nodes, effective.sampled_tree_nodes
+    if effective.all_greedy or greedy == sampled:
+        return str(greedy)
+    return str(sampled) if effective.all_sampled else f"{greedy} greedy / {sampled} sampled"
+
+
 def print_run_summary(result: RunResult, output_dir: str) -> None:
     """The headline numbers of a finished run."""
     metrics, method, effective = result.metrics, result.config.method, result.effective
-    topk, greedy_nodes, sampled_nodes = effective.tree_topk, effective.tree_nodes, effective.sampled_tree_nodes
-    nodes = (f"{greedy_nodes}" if effective.all_greedy or sampled_nodes == greedy_nodes else
-             f"{greedy_nodes} greedy / {sampled_nodes} sampled")
+    topk = effective.tree_topk
     per_position = ", ".join(f"{rate:.2f}" for rate in metrics["per_position_acceptance"]) or "-"
     rows = {
         "method": f"{method.name} (K={method.num_draft_tokens}"
-        + (f"; tree: topk {topk}, {nodes} nodes)" if topk > 1 else ")"),
+        + (f"; tree: topk {topk}, {tree_nodes_label(effective)} nodes)" if topk > 1 else ")"),
         "sampler": result.config.sampler.name,
         "acceptance": acceptance_label(result.effective.rejection, result.effective.relaxed_acceptance),
         "requests / tokens": f"{metrics['num_requests']} / {metrics['generated_tokens']}",

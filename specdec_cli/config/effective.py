@@ -21,6 +21,7 @@ class EffectiveConfig:
     draft_len_schedule: dict[int, int]  # max batch size -> K, sorted; {} = always num_draft_tokens
     all_greedy: bool  # every request has temperature 0: the argmax fast path, never rejection
     reasons: list[str]  # human-readable, one per silent decision
+    all_sampled: bool = False  # every request has temperature > 0 (a tree verifies sampled_tree_nodes nodes)
     cuda_graphs: bool = False  # engine.cuda_graphs resolved: capture decode batches <= 16 (CUDA only)
     suffix_enhancer: bool = False  # method.suffix_enhancer resolved (auto: on for chain model drafters)
     head_dtype: Optional[str] = None  # method.head_dtype resolved (auto: int8 for EAGLE-3 on CPU); None: model.dtype

@@ -69,9 +69,9 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     if cfg.method.suffix_enhancer is None and enhancer:  # auto resolved on (a model drafter)
         found.reasons.append("method.suffix_enhancer=auto -> on: a request's own suffix matches of >= "
                              "method.suffix_min_match tokens replace the model's drafts (a tree's: by a chain)")
-    all_greedy = all(s.temperature == 0 for s in samplers) and (
-        cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
-    )
+    fixed_sampling = cfg.workload.source not in PER_REQUEST_SAMPLING_SOURCES
+    all_greedy = all(s.temperature == 0 for s in samplers) and fixed_sampling
+    all_sampled = all(s.temperature > 0 for s in samplers) and fixed_sampling
     tree_topk = tree_topk_for(cfg, cuda_graphs)
     tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=False)
     sampled_tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=True)
@@ -116,6 +116,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         sampled_tree_nodes=sampled_tree_nodes,
         draft_len_schedule=schedule,
         all_greedy=all_greedy,
+        all_sampled=all_sampled,
         reasons=found.reasons,
     )
 

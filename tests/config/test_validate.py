@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from specdec_cli.cli.output import tree_nodes_label
 from specdec_cli.config.compose import compose_config
 from specdec_cli.config.effective import EffectiveConfig
 from specdec_cli.config.hardware import Hardware
@@ -253,7 +254,7 @@ def test_every_violation_is_reported_at_once() -> None:
 def test_effective_config_is_json_ready() -> None:
     record = effective("method=eagle3", "sampler=topk").to_dict()
     assert set(record) == {
-        "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "reasons",
+        "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "all_sampled", "reasons",
         "cuda_graphs", "suffix_enhancer", "head_dtype", "tree_topk", "tree_nodes", "sampled_tree_nodes",
     }
     json.dumps(record)
@@ -293,3 +294,16 @@ def test_tree_topk_auto_resolution(overrides, tree_topk, nodes) -> None:
     auto = [r for r in resolved.reasons if r.startswith("method.tree_topk=auto")]
     assert len(auto) == ("method=eagle3" in overrides and not any("tree_topk" in o for o in overrides))
     assert all(r.startswith(f"method.tree_topk=auto -> {tree_topk}: ") for r in auto)
+
+
+@pytest.mark.parametrize("overrides, all_greedy, all_sampled", [
+    ((), True, False),
+    (("sampler=temperature",), False, True),
+    (("sampler=temperature", "sampler.temperature=0"), True, False),
+    (("workload=jsonl", f"workload.path={__file__}"), False, False),  # rows may carry their own temperature
+])
+def test_all_greedy_and_all_sampled(overrides, all_greedy, all_sampled) -> None:
+    resolved = effective("method=eagle3", *overrides)
+    assert (resolved.all_greedy, resolved.all_sampled) == (all_greedy, all_sampled)
+    assert tree_nodes_label(resolved) == {(True, False): "8", (False, True): "5", (False, False): "8 greedy / 5 sampled"}[
+        (all_greedy, all_sampled)]
