@@ -57,7 +57,7 @@ def row_from_results(run: str, results: dict[str, Any]) -> ReportRow:
     method, sampler = config.get("method", {}), config.get("sampler", {})
     return ReportRow(
         run=run,
-        method=method_label(method),
+        method=method_label(method, effective),
         method_name=str(method.get("name", "?")),
         sampler=sampler_label(sampler),
         workload=str(config.get("workload", {}).get("name", "?")),
@@ -95,10 +95,15 @@ def latency_cells(metrics: dict[str, Any]) -> tuple[tuple[str, Optional[float]],
                  for name in LATENCY for q in PERCENTILES)
 
 
-def method_label(method: dict[str, Any]) -> str:
-    """The method name plus what distinguishes variants of it (self-speculation, draft, policy)."""
+def method_label(method: dict[str, Any], effective: Optional[dict[str, Any]] = None) -> str:
+    """The method name plus what distinguishes variants of it (self-speculation, draft, policy, a draft tree's
+    children per node: ``method.tree_topk``, or where it is auto the run's resolved ``effective.tree_topk``)."""
     name = str(method.get("name", "?"))
     details = []
+    tree_topk = method.get("tree_topk")
+    tree_topk = (effective or {}).get("tree_topk", 1) if tree_topk is None else tree_topk
+    if isinstance(tree_topk, int) and tree_topk > 1:
+        details.append(f"tree={tree_topk}")
     if method.get("self_speculative_layers") is not None:
         details.append(f"self={method['self_speculative_layers']}")
     if method.get("draft_path"):

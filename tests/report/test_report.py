@@ -78,6 +78,10 @@ def test_labels() -> None:
         "draft_target(draft,argmax)"
     )
     assert method_label({"name": "ngram", "draft_policy": "argmax"}) == "ngram"
+    assert method_label({"name": "eagle3", "tree_topk": 4}) == "eagle3(tree=4)"
+    assert method_label({"name": "eagle3", "tree_topk": None}, {"tree_topk": 2}) == "eagle3(tree=2)"  # auto, resolved
+    assert method_label({"name": "eagle3", "tree_topk": None}, {"tree_topk": 1}) == "eagle3"
+    assert method_label({"name": "eagle3", "tree_topk": 1}) == "eagle3"
     assert sampler_label({"name": "temperature", "temperature": 0.0}) == "temperature(T=0)"
     assert sampler_label({"name": "topk_topp", "temperature": 0.7, "top_k": 50, "top_p": 0.9}) == (
         "topk_topp(T=0.7,k=50,p=0.9)"
