@@ -8,6 +8,7 @@ engine settings and device. Without such a baseline the speed-up is blank (``Non
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -19,6 +20,10 @@ from specdec_cli.config.matrix import METHODS, MODEL_BASED
 from specdec_cli.report.collect import RunRecord, natural_key
 
 BASELINE_METHOD = "none"
+#: method knobs that make a variant, and their short names: a label shows ``short=value`` where a run's value
+#: differs from its method's default (``method=<name>`` as conf/method/<name>.yaml composes it)
+VARIANT_KNOBS = {"draft_confidence": "conf", "suffix_enhancer": "sfx", "suffix_min_match": "min_match",
+                 "adaptive_min_accept": "skip", "max_total_draft_tokens": "nodes"}
 
 
 @dataclass(frozen=True)
@@ -97,7 +102,8 @@ def latency_cells(metrics: dict[str, Any]) -> tuple[tuple[str, Optional[float]],
 
 def method_label(method: dict[str, Any], effective: Optional[dict[str, Any]] = None) -> str:
     """The method name plus what distinguishes variants of it (self-speculation, draft, policy, a draft tree's
-    children per node: ``method.tree_topk``, or where it is auto the run's resolved ``effective.tree_topk``)."""
+    children per node: ``method.tree_topk``, or where it is auto the run's resolved ``effective.tree_topk``;
+    the ``VARIANT_KNOBS`` that differ from the method's default, e.g. ``eagle3(tree=2,conf=0.5,sfx=off)``)."""
     name = str(method.get("name", "?"))
     details = []
     tree_topk = method.get("tree_topk")
@@ -112,7 +118,31 @@ def method_label(method: dict[str, Any], effective: Optional[dict[str, Any]] = N
         details.append(str(method["draft_policy"]))
     if method.get("draft_len_schedule"):
         details.append("dynK")
+    defaults = method_defaults(name)
+    for knob, short in VARIANT_KNOBS.items():
+        if knob in method and knob in defaults and method[knob] != defaults[knob]:
+            details.append(f"{short}={_knob_value(method[knob])}")
     return f"{name}({','.join(details)})" if details else name
+
+
+@functools.lru_cache(maxsize=None)
+def method_defaults(name: str) -> dict[str, Any]:
+    """The settings ``method=<name>`` composes to ({} for a name this package does not know)."""
+    from specdec_cli.config.compose import compose_config  # Hydra: only when a label needs it
+    from specdec_cli.errors import ConfigError
+
+    if name not in METHODS:
+        return {}
+    try:
+        return dataclasses.asdict(compose_config([f"method={name}"]).method)
+    except ConfigError:
+        return {}
+
+
+def _knob_value(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return {True: "on", False: "off", None: "auto"}[value]
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def sampler_label(sampler: dict[str, Any]) -> str:

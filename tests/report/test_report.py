@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specdec_cli.config.compose import compose_config
 from specdec_cli.errors import ConfigError
 from specdec_cli.report.collect import collect_runs
 from specdec_cli.report.rows import build_rows, method_label, sampler_label
@@ -82,6 +84,19 @@ def test_labels() -> None:
     assert method_label({"name": "eagle3", "tree_topk": None}, {"tree_topk": 2}) == "eagle3(tree=2)"  # auto, resolved
     assert method_label({"name": "eagle3", "tree_topk": None}, {"tree_topk": 1}) == "eagle3"
     assert method_label({"name": "eagle3", "tree_topk": 1}) == "eagle3"
+
+
+def test_labels_name_the_knobs_a_sweep_varies() -> None:
+    """A sweep over draft_confidence / the suffix enhancer / the skip rule / the node budget gives rows that say
+    which is which; values equal to the method's composed default (eagle3's draft_confidence 0.3) stay out."""
+    default = dataclasses.asdict(compose_config(["method=eagle3"]).method)
+    assert method_label(default, {"tree_topk": 2}) == "eagle3(tree=2)"
+    variant = {**default, "tree_topk": 4, "draft_confidence": 0.5, "suffix_enhancer": False, "suffix_min_match": 5,
+               "max_total_draft_tokens": 12}
+    assert method_label(variant) == "eagle3(tree=4,conf=0.5,sfx=off,min_match=5,nodes=12)"
+    ngram = dataclasses.asdict(compose_config(["method=ngram", "method.adaptive_min_accept=0.5"]).method)
+    assert method_label(ngram) == "ngram(skip=0.5)"
+    assert method_label({"name": "eagle3", "draft_confidence": 0.0}) == "eagle3(conf=0)"
     assert sampler_label({"name": "temperature", "temperature": 0.0}) == "temperature(T=0)"
     assert sampler_label({"name": "topk_topp", "temperature": 0.7, "top_k": 50, "top_p": 0.9}) == (
         "topk_topp(T=0.7,k=50,p=0.9)"
