@@ -104,6 +104,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--target-tokens", type=int, default=None, help="v2: stop at this many response tokens")
+    parser.add_argument("--families", default=None,
+                        help="v2: comma-separated task families in schedule order (default: the v2 corpus's ten)")
+    parser.add_argument("--held-out-families", default=None,
+                        help="v2: comma-separated families held out whole ('' for none; default: translate,arithmetic)")
     parser.add_argument("--time-budget-s", type=float, default=None)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     args = parser.parse_args()
@@ -116,10 +120,17 @@ def main() -> None:
         spec = CorpusSpec(num_prompts=args.num_prompts, **sizes)
         generate_corpus(target, tokenizer, args.out, spec, time_budget_s=args.time_budget_s, log=say)
         return
+    from specdec_cli.train.corpus.families import BUILDERS, MAGPIE
     from specdec_cli.train.corpus.generate import CorpusV2Spec, default_sources, generate_corpus_v2
 
     if args.target_tokens is not None:
         sizes["target_tokens"] = args.target_tokens
+    for key, value in (("families", args.families), ("held_out_families", args.held_out_families)):
+        if value is not None:
+            sizes[key] = tuple(name for name in value.split(",") if name)
+    unknown = set(sizes.get("families", ())) - set(BUILDERS) - {MAGPIE}
+    if unknown:
+        parser.error(f"unknown families: {', '.join(sorted(unknown))} (known: {', '.join((MAGPIE, *BUILDERS))})")
     spec = CorpusV2Spec(**sizes)
     sources = default_sources(tokenizer, spec)
     say(f"sources: {len(sources.passages)} passages, {len(sources.snippets)} code snippets")

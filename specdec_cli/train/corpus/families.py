@@ -3,7 +3,8 @@
 Copy-heavy families (summarize, rewrite, extract, context_qa, translate) wrap passages the
 target itself wrote (or prose shipped in installed packages); the code families wrap real
 stdlib functions; ``arithmetic`` draws multi-step word problems; ``templates`` is the v1
-template set. ``magpie`` (instructions the target writes itself) lives in ``magpie.py``:
+template set; ``other_language`` (added after v2) asks for answers in languages translate does not
+use. ``magpie`` (instructions the target writes itself) lives in ``magpie.py``:
 its prompts come from the model, not from a builder here.
 """
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Callable
 from specdec_cli.train.prompts import NAMES, one_template_prompt
 
 MAGPIE = "magpie"
-LANGUAGES = ("French", "German", "Spanish")
+LANGUAGES = ("French", "German", "Spanish")  # translate's
+# other_language's: none of translate's, so that the held-out translate family stays unseen in task and language
+OTHER_LANGUAGES = ("Italian", "Portuguese", "Dutch", "Swedish", "Polish")
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,20 @@ def translate(rng: random.Random, sources: Sources) -> str:
     return _around(rng, instruction, _passage(rng, sources, 30, 120))
 
 
+def other_language(rng: random.Random, sources: Sources) -> str:
+    """An instruction answered in a language other than English (and other than translate's): the target
+    writing Italian, Portuguese, ... so a drafter meets non-English output without seeing translation."""
+    language = rng.choice(OTHER_LANGUAGES)
+    if rng.random() < 0.6:
+        request = rng.choice((f"Answer in {language}.", f"Please reply in {language}.",
+                              f"Write your answer in {language}.", f"Respond only in {language}."))
+        return f"{one_template_prompt(rng, math=False)} {request}"
+    kind = rng.choice(("a short story", "a paragraph", "a letter to a friend", "a short poem", "a description",
+                       "a dialogue", "a list of tips"))
+    topic = one_template_prompt(rng, math=False).rstrip(".?!")
+    return f"Write {kind} in {language}. The subject: {topic[0].lower()}{topic[1:]}."
+
+
 def _fenced(code: str) -> str:
     return f"```python\n{code}\n```"
 
@@ -211,9 +228,11 @@ def templates(rng: random.Random, sources: Sources) -> str:
 BUILDERS: dict[str, Callable[[random.Random, Sources], str]] = {
     "templates": templates, "summarize": summarize, "rewrite": rewrite, "extract": extract,
     "context_qa": context_qa, "translate": translate, "code_edit": code_edit, "code_continue": code_continue,
-    "arithmetic": arithmetic,
+    "arithmetic": arithmetic, "other_language": other_language,
 }
-FAMILIES = (MAGPIE, *BUILDERS)
+#: the v2 corpus's families, in schedule order (``other_language`` came after it: ``--families`` picks it)
+FAMILIES = (MAGPIE, "templates", "summarize", "rewrite", "extract", "context_qa", "translate", "code_edit",
+            "code_continue", "arithmetic")
 
 
 def build_prompts(family: str, count: int, rng: random.Random, sources: Sources,
