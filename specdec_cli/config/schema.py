@@ -250,6 +250,9 @@ class TrainCorpusConfig:
     batch_size: int = 32
     time_budget_s: Optional[float] = None  # stop generating after this long (shards already written stay)
     max_sequences: int = 0  # training sequences to use; <= 0: all (held-out ones are never trained on)
+    # more corpus directories trained on with ``dir`` (never generated into): their training sequences come
+    # first, so ``max_sequences`` cuts ``dir``'s; their held-out ones are evaluated after ``dir``'s
+    extra_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass

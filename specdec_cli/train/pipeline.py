@@ -52,6 +52,9 @@ def check_train_config(cfg: TrainConfig) -> list[str]:
     for name in POSITIVE:
         if getattr(cfg, name) < 1:
             out.append(f"{name}={getattr(cfg, name)} must be >= 1")
+    for extra in cfg.corpus.extra_dirs:
+        if not any(Path(extra).expanduser().glob("shard_*.npz")):
+            out.append(f"corpus.extra_dirs: {extra} holds no corpus shards (shard_*.npz)")
     if cfg.corpus.generate not in GENERATE:
         out.append(f"corpus.generate={cfg.corpus.generate} is not one of: {', '.join(GENERATE)}")
     if cfg.method.num_draft_tokens < 1:
@@ -117,11 +120,15 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
     train_pairs, eval_pairs = load_corpus(directory, held_out=False), load_corpus(directory, held_out=True)
     if not train_pairs:
         raise ConfigError([f"corpus.dir={directory}: no training sequences (generate them: corpus.generate=complete)"])
+    extras = [Path(extra).expanduser() for extra in cfg.corpus.extra_dirs]
+    for extra in extras:
+        train_pairs = load_corpus(extra, held_out=False) + train_pairs
+        eval_pairs = eval_pairs + load_corpus(extra, held_out=True)
     if cfg.corpus.max_sequences > 0:
         train_pairs = train_pairs[: cfg.corpus.max_sequences]
     eval_pairs = eval_pairs[: cfg.eval_sequences]
     sequences = Sequences.from_pairs(train_pairs + eval_pairs)
-    say(f"corpus {directory}: {len(train_pairs)} training sequences "
+    say(f"corpus {', '.join(map(str, [directory, *extras]))}: {len(train_pairs)} training sequences "
         f"({sum(len(r) for _, r in train_pairs)} response tokens), {len(eval_pairs)} held-out")
     inputs = TaskInputs(target, tokenizer, sequences, len(train_pairs), resumed_vocabulary(out_dir, cfg.resume))
     task = TRAINERS.get(cfg.method.name).build_task(cfg, inputs)
@@ -150,7 +157,8 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
     summary = trainer.run()
     if vocab is not None:
         summary["draft_vocab"] = vocab
-    summary["corpus"] = {"dir": str(directory), "train_sequences": len(train_pairs), "held_out_sequences": len(eval_pairs),
+    summary["corpus"] = {"dir": str(directory), "extra_dirs": [str(extra) for extra in extras],
+                         "train_sequences": len(train_pairs), "held_out_sequences": len(eval_pairs),
                          "train_response_tokens": sum(len(r) for _, r in train_pairs)}
     atomic_write_json(out_dir / "train.json", summary)
     return summary

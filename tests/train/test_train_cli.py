@@ -33,6 +33,8 @@ QUIET = ("hydra/job_logging=disabled", "hydra/hydra_logging=disabled")
     (["+learning_rate=1"], ["error: learning_rate is not a field of TrainConfig"]),
     (["steps=0", "lr=-1"], ["error: steps=0 must be >= 1", "error: lr=-1.0 must be > 0"]),
     (["method=eagle3", "tv_weight=-1"], ["error: tv_weight=-1.0 must be >= 0"]),
+    (["corpus.extra_dirs=[/nonexistent/corpus]"],
+     ["error: corpus.extra_dirs: /nonexistent/corpus holds no corpus shards (shard_*.npz)"]),
 ])
 def test_bad_train_configs_exit_2_with_one_line_each(monkeypatch, capsys, tmp_path: Path, args, expected) -> None:
     code, _, err = specdec(monkeypatch, capsys, "train", *args, f"hydra.run.dir={tmp_path}", *QUIET)
@@ -96,6 +98,31 @@ def test_train_pipeline_end_to_end_and_resume(monkeypatch, capsys, tmp_path: Pat
         assert summary["draft_vocab"][key] == pytest.approx(float(inside[picked].float().mean()))
         assert f"{100 * summary['draft_vocab'][key]:.1f}%" in out
     assert summary["draft_vocab"]["size"] == 12 and "draft vocabulary: 12 ids" in out
+
+
+def test_extra_corpus_dirs_train_first_and_evaluate_after(monkeypatch, capsys, tmp_path: Path,
+                                                          toy_corpus: Path) -> None:
+    """``corpus.extra_dirs``: their training sequences join (and come first, so max_sequences cuts corpus.dir's),
+    their held-out ones follow corpus.dir's; the draft vocabulary is counted over the union."""
+    target = toy_model(0, vocab_size=16, num_layers=2)
+    monkeypatch.setattr(pipeline, "load_model", lambda *args, **kwargs: (target, None))
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    _save_shard(extra / "shard_00000.npz", [[1, 2, 3]] * 6, [[15] * 12] * 6, [False] * 5 + [True])
+    common = ["train", "method=eagle3", "method.target_layers=[0,1,1]", f"corpus.dir={toy_corpus}",
+              f"corpus.extra_dirs=[{extra}]", "corpus.generate=never", "draft_vocab_size=4", "batch_size=4",
+              "steps=1", f"hydra.run.dir={tmp_path}", *QUIET]
+    code, out, err = specdec(monkeypatch, capsys, *common, f"out_dir={tmp_path / 'all'}")
+    assert code == 0, err
+    assert "21 training sequences" in out and "5 held-out" in out
+    summary = json.loads((tmp_path / "all" / "train.json").read_text())
+    assert summary["corpus"]["extra_dirs"] == [str(extra)]
+    head = load_eagle3(tmp_path / "all" / "eagle3", target)
+    assert 15 in (torch.arange(4) + head.d2t).tolist()  # the extra corpus's only response token is drafted
+    code, out, err = specdec(monkeypatch, capsys, *common, "corpus.max_sequences=5", f"out_dir={tmp_path / 'cut'}")
+    assert code == 0, err
+    assert "5 training sequences (60 response tokens)" in out  # the five extra ones, none of corpus.dir's
 
 
 @pytest.mark.parametrize("method", ["pard", "dflash"])
