@@ -93,7 +93,9 @@ def ship(method: str, run_dir: Path, command: str, measured: dict[str, Any] | No
         "target": SHIPPED_TARGET,
         "command": command,
         "corpus": {"dir": str(corpus.resolve().relative_to(checkout)), **summary.get("corpus", {}),
-                   **json.loads((corpus / "manifest.json").read_text())},
+                   **json.loads((corpus / "manifest.json").read_text()),
+                   "extra_dirs": [{"dir": extra, **json.loads((checkout / extra / "manifest.json").read_text())}
+                                  for extra in summary.get("corpus", {}).get("extra_dirs", [])]},
         "steps": summary["steps"],
         "train_wall_s": round(summary["wall_s"], 1),
         "trained_tokens": summary["trained_tokens"],
