@@ -48,10 +48,16 @@ def row_sets(corpus: Path, rows: int) -> dict[str, list[tuple[list[int], list[in
     return sets
 
 
+def in_vocabulary(head: Eagle3Head, vocab_size: int) -> torch.Tensor:
+    """[V] bool: the target ids the head can draft."""
+    member = torch.zeros(vocab_size, dtype=torch.bool)
+    member[draft_to_target_ids(torch.arange(head.draft_vocab_size), head.d2t.cpu())] = True
+    return member
+
+
 def widen(head: Eagle3Head, target, size: int) -> Eagle3Head:
     """``head`` over ``size`` draft ids: its own plus the lowest-id tokens it lacks (untrained rows)."""
-    member = torch.zeros(target.arch.vocab_size, dtype=torch.bool)
-    member[draft_to_target_ids(torch.arange(head.draft_vocab_size), head.d2t.cpu())] = True
+    member = in_vocabulary(head, target.arch.vocab_size)
     member[(~member).nonzero().flatten()[: max(0, size - int(member.sum()))]] = True
     return revocab_eagle3(head, target, member.nonzero().flatten())
 
@@ -82,8 +88,7 @@ def main() -> None:
     head = load_eagle3(args.checkpoint or shipped_checkpoint("eagle3", "checkpoint"), target)
     if args.wide_vocab:
         head = widen(head, target, args.wide_vocab)
-    in_vocab = torch.zeros(target.arch.vocab_size, dtype=torch.bool)
-    in_vocab[draft_to_target_ids(torch.arange(head.draft_vocab_size), head.d2t.cpu())] = True
+    in_vocab = in_vocabulary(head, target.arch.vocab_size)
     print(f"head {args.checkpoint or 'shipped'}, {head.draft_vocab_size} draft ids, K={args.k}, corpus {args.corpus}\n")
     print("| rows | sequences | anchors | top-1 | greedy acceptance | expected T=1 acceptance | draft-vocabulary "
           "coverage |\n|---|---|---|---|---|---|---|")

@@ -121,9 +121,8 @@ def run_training(cfg: TrainConfig, out_dir: Path, *, console: Optional[Console] 
     if not train_pairs:
         raise ConfigError([f"corpus.dir={directory}: no training sequences (generate them: corpus.generate=complete)"])
     extras = [Path(extra).expanduser() for extra in cfg.corpus.extra_dirs]
-    for extra in extras:
-        train_pairs = load_corpus(extra, held_out=False) + train_pairs
-        eval_pairs = eval_pairs + load_corpus(extra, held_out=True)
+    train_pairs = [pair for extra in extras for pair in load_corpus(extra, held_out=False)] + train_pairs
+    eval_pairs += [pair for extra in extras for pair in load_corpus(extra, held_out=True)]
     if cfg.corpus.max_sequences > 0:
         train_pairs = train_pairs[: cfg.corpus.max_sequences]
     eval_pairs = eval_pairs[: cfg.eval_sequences]
