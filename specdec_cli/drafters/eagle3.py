@@ -1,4 +1,4 @@
-"""EAGLE-3: a one-layer draft head on fused low/mid/high target features, with a reduced vocabulary.
+"""EAGLE-3: a draft head (one layer, or a few) on fused low/mid/high target features, with a reduced vocabulary.
 
 Architecture (the published layout, so public Llama-family heads load):
 
@@ -7,6 +7,7 @@ Architecture (the published layout, so public Llama-family heads load):
     h    = fc(g)                                  [T, H]     (chain steps >= 2: the head's own ``o``)
     a    = cat(input_layernorm(emb(x_{p+1})), hidden_norm(h))   [T, 2H]   q/k/v read 2H
     o    = midlayer(a, residual=h)                [T, H]     attention over the head's slot cache, SwiGLU MLP
+    o    = layers[i](o)   i = 1 .. n-1            [T, H]     optional plain Llama decoder layers (n = num_hidden_layers)
     q    = lm_head(norm(o))                       [T, Vd]    draft vocabulary; target id = d + d2t[d]
 
 Checkpoint (a directory): ``config.json`` with the Llama fields of the head (``hidden_size``,
@@ -17,16 +18,19 @@ optional ``target_hidden_size`` and ``eagle_aux_hidden_state_layer_ids`` (vLLM's
 ``midlayer.{input_layernorm,hidden_norm,post_attention_layernorm}.weight``,
 ``midlayer.self_attn.{q,k,v,o}_proj.weight``, ``midlayer.mlp.{gate,up,down}_proj.weight``,
 ``norm.weight``, ``lm_head.weight``, ``d2t`` [Vd] int64, ``t2d`` [V] bool, optionally
-``embed_tokens.weight`` (else the target's embedding is shared). A ``model.`` prefix and vLLM's
-``layers.0.`` for ``midlayer.`` are accepted.
+``embed_tokens.weight`` (else the target's embedding is shared); with ``num_hidden_layers`` n > 1, the
+plain layers' ``layers.{1..n-1}.{input_layernorm,self_attn.*,post_attention_layernorm,mlp.*}``. A ``model.``
+prefix and vLLM's ``layers.0.`` for ``midlayer.`` are accepted.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from specdec_cli.config.schema import Eagle3MethodConfig
 from specdec_cli.drafters.base import DRAFTERS, Drafter, DrafterDeps
@@ -57,14 +61,15 @@ class Eagle3Layer(HeadLayer):
 
 
 class Eagle3Head(FeatureHead):
-    """fc + midlayer + norm + lm_head over a draft vocabulary of ``d2t.numel()`` tokens (see the module doc).
+    """fc + midlayer (+ ``num_layers - 1`` plain layers) + norm + lm_head over a draft vocabulary of
+    ``d2t.numel()`` tokens (see the module doc).
 
     arch: the head's Llama shapes (``vocab_size`` = the target's); embed_weight [V, H] shared, frozen.
     """
 
     def __init__(self, arch: ModelArch, *, target_hidden_size: int, hidden_layers: Sequence[int],
                  draft_vocab_size: int, embed_weight: torch.Tensor, norm_before_residual: bool = False,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+                 num_layers: int = 1, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
         super().__init__()
         kw = dict(dtype=dtype, device=device)
         hidden = arch.hidden_size
@@ -72,6 +77,8 @@ class Eagle3Head(FeatureHead):
         self.draft_vocab_size = draft_vocab_size
         self.fc = Linear(len(self.hidden_layers) * target_hidden_size, hidden, **kw)
         self.midlayer = Eagle3Layer(arch, norm_before_residual=norm_before_residual, **kw)
+        self.num_layers = num_layers
+        self.extra_layers = nn.ModuleList(HeadLayer(arch, hidden, **kw) for _ in range(num_layers - 1))
         self.norm = RMSNorm(hidden, arch.rms_norm_eps, **kw)
         self.lm_head = Linear(hidden, draft_vocab_size, **kw)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.int64, device=device))
@@ -85,7 +92,10 @@ class Eagle3Head(FeatureHead):
         layer = self.midlayer
         normed = layer.hidden_norm(hidden)
         attn_in = torch.cat([layer.input_layernorm(F.embedding(token_ids, self.embed_weight)), normed], dim=-1)
-        return layer.block(attn_in, normed if layer.norm_before_residual else hidden, attention)
+        out = layer.block(attn_in, normed if layer.norm_before_residual else hidden, functools.partial(attention, 0))
+        for i, extra in enumerate(self.extra_layers, 1):
+            out = extra.block(extra.input_layernorm(out), out, functools.partial(attention, i))
+        return out
 
     def recycle(self, out: torch.Tensor) -> torch.Tensor:
         return out  # the pre-norm layer output; fc is for target features only
@@ -106,6 +116,9 @@ def load_eagle3(directory: str | Path, target: Transformer, *, target_layers: Op
     try:
         arch = ModelArch.from_hf_config({**ckpt.config, "model_type": "llama", "num_hidden_layers": 1,
                                          "architectures": ["LlamaForCausalLM"]})
+        num_layers = ckpt.field("num_hidden_layers", 1)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= 8:
+            raise UnsupportedArchitectureError(f"num_hidden_layers={num_layers!r} must be an integer in 1..8")
     except UnsupportedArchitectureError as err:
         raise ConfigError([f"{ckpt.config_file}: {err}"]) from None
     tarch = target.arch
@@ -130,7 +143,7 @@ def load_eagle3(directory: str | Path, target: Transformer, *, target_layers: Op
                            f"[1, {tarch.vocab_size}] (the target's vocabulary size)"])
     head = Eagle3Head(arch, target_hidden_size=target_hidden, hidden_layers=layers, draft_vocab_size=draft_vocab,
                       embed_weight=embed, norm_before_residual=bool(ckpt.field("norm_before_residual", False)),
-                      dtype=dtype, device=device)
+                      num_layers=num_layers, dtype=dtype, device=device)
     ckpt.load_into(head, optional=("t2d", "d2t") if draft_vocab == arch.vocab_size else ("t2d",))
     check_d2t(head.d2t, tarch.vocab_size, ckpt.sources.get("d2t", ckpt.directory))
     return head.eval()
@@ -139,13 +152,14 @@ def load_eagle3(directory: str | Path, target: Transformer, *, target_layers: Op
 def save_eagle3(head: Eagle3Head, directory: str | Path) -> Path:
     """Write ``head`` in the published EAGLE-3 layout (see the module doc)."""
     config = {
-        **arch_config(head.arch), "architectures": [ARCHITECTURE], "model_type": "llama", "num_hidden_layers": 1,
+        **arch_config(head.arch), "architectures": [ARCHITECTURE], "model_type": "llama",
+        "num_hidden_layers": head.num_layers,
         "tie_word_embeddings": False, "draft_vocab_size": head.draft_vocab_size,
         "target_hidden_size": head.fc.in_features // len(head.hidden_layers),
         "eagle_aux_hidden_state_layer_ids": [layer + 1 for layer in head.hidden_layers],  # input-to-layer ids
         "norm_before_residual": head.midlayer.norm_before_residual,
     }
-    return save_checkpoint(directory, config, head.state_dict())
+    return save_checkpoint(directory, config, {_published(name): t for name, t in head.state_dict().items()})
 
 
 def default_layers(num_layers: int) -> tuple[int, ...]:
@@ -157,9 +171,21 @@ def default_layers(num_layers: int) -> tuple[int, ...]:
 
 
 def _canonical(name: str) -> str:
-    """Published variants of the tensor names -> this module's names."""
+    """Published variants of the tensor names -> this module's names (``layers.0.``: the midlayer,
+    ``layers.i.``: ``extra_layers.{i-1}.``)."""
     name = name.removeprefix("model.")
-    return "midlayer." + name.removeprefix("layers.0.") if name.startswith("layers.0.") else name
+    if not name.startswith("layers."):
+        return name
+    index, rest = name.removeprefix("layers.").split(".", 1)
+    return f"midlayer.{rest}" if index == "0" else f"extra_layers.{int(index) - 1}.{rest}"
+
+
+def _published(name: str) -> str:
+    """This module's tensor names -> the published ``layers.i.`` for the plain layers (the midlayer keeps its name)."""
+    if not name.startswith("extra_layers."):
+        return name
+    index, rest = name.removeprefix("extra_layers.").split(".", 1)
+    return f"layers.{int(index) + 1}.{rest}"
 
 
 def _layers(ckpt: Checkpoint, override: Optional[Sequence[int]], num_layers: int) -> tuple[int, ...]:

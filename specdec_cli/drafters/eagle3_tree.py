@@ -178,9 +178,7 @@ class TreeFeatureDrafter(FeatureDrafter):
         token_ids = draft_to_target_ids(torch.tensor([draft_ids[node] for node in frontier]), self.d2t)
         device = self.head.embed_weight.device
         batch = RaggedBatch.build([slot], [start], [width], self.rope, [TreeRows([position] * width, visible)])
-        k_cache, v_cache = self.cache.layer(0)
-        out = self.head(self.head.recycle(parent_out), token_ids.to(device),
-                        lambda attn, x: attn(x, batch, k_cache, v_cache))
+        out = self.head(self.head.recycle(parent_out), token_ids.to(device), self.cache_attention(batch))
         self.cache.advance(slot, width)
         return out
 

@@ -1,6 +1,6 @@
 """Feature heads (EAGLE-3, MTP) and the step-form drafter that runs them.
 
-- ``HeadLayer`` / ``FeatureHead``: a one-layer draft head conditioned on target features.
+- ``HeadLayer`` / ``FeatureHead``: a draft head (one layer, or a few) conditioned on target features.
 - ``FeatureDrafter``: the step-form drafter around a ``FeatureHead`` with its own slot KV cache.
 
 Pairing: the head row at position p reads the target feature of position p and the embedding of
@@ -28,16 +28,18 @@ from specdec_cli.sampling.params import BatchParams
 
 log = logging.getLogger(__name__)
 
-#: attention(self_attn, x [T, A]) -> [T, H]: the attention sub-block including o_proj.
-AttentionFn = Callable[[Attention, torch.Tensor], torch.Tensor]
+#: attend(self_attn, x [T, A]) -> [T, H]: one layer's attention sub-block including o_proj.
+LayerAttentionFn = Callable[[Attention, torch.Tensor], torch.Tensor]
+#: attention(layer, self_attn, x [T, A]) -> [T, H]: the same for head layer ``layer`` (its own K/V).
+AttentionFn = Callable[[int, Attention, torch.Tensor], torch.Tensor]
 
 
 class HeadLayer(nn.Module):
     """A Llama decoder layer whose attention reads ``attn_in_size`` features (EAGLE-3: [emb; hidden], 2H).
 
-    ``block(attn_in [T, A], residual [T, H], attention) -> [T, H]``: h = residual + attention(attn_in);
-    out = h + mlp(post_attention_layernorm(h)). ``attention`` is the slot-cache attention at inference
-    and the training-time-test attention in ``specdec_cli.train``.
+    ``block(attn_in [T, A], residual [T, H], attend) -> [T, H]``: h = residual + attend(attn_in);
+    out = h + mlp(post_attention_layernorm(h)). ``attend`` is this layer's slot-cache attention at
+    inference and its training-time-test attention in ``specdec_cli.train``.
     """
 
     def __init__(self, arch: ModelArch, attn_in_size: int, *, dtype: torch.dtype, device: torch.device | str) -> None:
@@ -54,8 +56,8 @@ class HeadLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps, **kw)
         self.mlp = MLP(arch, **kw)
 
-    def block(self, attn_in: torch.Tensor, residual: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
-        h, normed = self.post_attention_layernorm.residual(residual, attention(self.self_attn, attn_in))
+    def block(self, attn_in: torch.Tensor, residual: torch.Tensor, attend: LayerAttentionFn) -> torch.Tensor:
+        h, normed = self.post_attention_layernorm.residual(residual, attend(self.self_attn, attn_in))
         return h + self.mlp(normed)
 
 
@@ -64,12 +66,14 @@ class FeatureHead(nn.Module, ABC):
 
     ``fuse(features [T, F]) -> [T, H]``: target features (the ``hidden_layers`` outputs, then the
     final hidden if ``needs_final_hidden``, concatenated) to the head's hidden input.
-    ``forward(hidden [T, H], token_ids [T], attention) -> out [T, H]``: one head step per row.
+    ``forward(hidden [T, H], token_ids [T], attention) -> out [T, H]``: one head step per row, through
+    ``num_layers`` layers (layer i attends with ``attention(i, ...)``).
     ``recycle(out) -> [T, H]``: the hidden fed to the next chain step; ``logits(out) -> [T, Vd]``.
     The token embedding ``embed_weight`` [V, H] is a non-persistent buffer (the target's, frozen).
     """
 
     arch: ModelArch
+    num_layers: int = 1
     hidden_layers: tuple[int, ...]
     needs_final_hidden: bool
     draft_vocab_size: int
@@ -121,7 +125,7 @@ class FeatureDrafter(Drafter):
         arch, device = head.arch, head.embed_weight.device
         self.rope = RotaryTables(arch, dtype=head.embed_weight.dtype, device=device)
         self.rope.ensure(max_seq_len)
-        self.cache = KVCache(num_layers=1, num_kv_heads=arch.num_kv_heads, head_dim=arch.head_dim,
+        self.cache = KVCache(num_layers=head.num_layers, num_kv_heads=arch.num_kv_heads, head_dim=arch.head_dim,
                              num_slots=num_slots, max_len=max_seq_len, dtype=head.embed_weight.dtype, device=device)
         self.committed = [0] * num_slots
         self.recomputed = 0  # requests whose target features had to be recomputed (the slow path)
@@ -163,11 +167,14 @@ class FeatureDrafter(Drafter):
     def _step(self, hidden: torch.Tensor, token_ids: torch.Tensor, slots: list[int], counts: list[int]) -> torch.Tensor:
         """Append ``counts[r]`` rows to each slot's head cache; returns the head outputs [T, H]."""
         batch = RaggedBatch.build(slots, [self.cache.length(s) for s in slots], counts, self.rope)
-        k_cache, v_cache = self.cache.layer(0)
-        out = self.head(hidden, token_ids, lambda attn, x: attn(x, batch, k_cache, v_cache))
+        out = self.head(hidden, token_ids, self.cache_attention(batch))
         for slot, n in zip(slots, counts):
             self.cache.advance(slot, n)
         return out
+
+    def cache_attention(self, batch: RaggedBatch) -> AttentionFn:
+        """Head layer i attends over (and appends to) its own K/V of the slot cache."""
+        return lambda layer, attn, x: attn(x, batch, *self.cache.layer(layer))
 
     def _catch_up(self, requests: list[DraftRequest]) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
         """Rewind each slot to its last real-feature entry (at least one row is re-fed) and gather the

@@ -20,6 +20,7 @@ Copies of the shared tensors (``embed_tokens``, ``shared_head.head``) are ignore
 """
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Optional
@@ -82,7 +83,7 @@ class MtpHead(HeadLayer, FeatureHead):
     def forward(self, hidden: torch.Tensor, token_ids: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
         emb = self.enorm(F.embedding(token_ids, self.embed_weight))
         x = self.eh_proj(torch.cat([emb, self.hnorm(hidden)], dim=-1))
-        return self.block(self.input_layernorm(x), x, attention)
+        return self.block(self.input_layernorm(x), x, functools.partial(attention, 0))
 
     def recycle(self, out: torch.Tensor) -> torch.Tensor:
         return self.shared_head.norm(out)  # post-norm, like the target hidden of step 1

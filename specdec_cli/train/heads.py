@@ -61,9 +61,9 @@ def head_arch(target: ModelArch) -> ModelArch:
 
 
 def new_eagle3(target: Transformer, used_ids: torch.Tensor, *, hidden_layers: Optional[Sequence[int]] = None,
-               seed: int = 0) -> Eagle3Head:
-    """A random EAGLE-3 head for ``target`` over the draft vocabulary ``used_ids``; its lm_head starts
-    as the target's rows for those ids."""
+               seed: int = 0, num_layers: int = 1) -> Eagle3Head:
+    """A random EAGLE-3 head of ``num_layers`` layers for ``target`` over the draft vocabulary ``used_ids``;
+    its lm_head starts as the target's rows for those ids."""
     arch = target.arch
     if hidden_layers:
         layers = check_layers(hidden_layers, arch.num_layers, "method.target_layers")
@@ -71,7 +71,7 @@ def new_eagle3(target: Transformer, used_ids: torch.Tensor, *, hidden_layers: Op
         layers = default_layers(arch.num_layers)
     head = Eagle3Head(head_arch(arch), target_hidden_size=arch.hidden_size, hidden_layers=layers,
                       draft_vocab_size=used_ids.numel(), embed_weight=target.embed_tokens.weight,
-                      dtype=torch.float32, device=target.device)
+                      num_layers=num_layers, dtype=torch.float32, device=target.device)
     init_new(head, seed)
     d2t, t2d = vocab_maps(used_ids, arch.vocab_size)
     with torch.no_grad():
@@ -90,7 +90,7 @@ def revocab_eagle3(head: Eagle3Head, target: Transformer, used_ids: torch.Tensor
     wide = Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
                       hidden_layers=head.hidden_layers, draft_vocab_size=used_ids.numel(),
                       embed_weight=head.embed_weight, norm_before_residual=head.midlayer.norm_before_residual,
-                      dtype=head.fc.weight.dtype, device=device)
+                      num_layers=head.num_layers, dtype=head.fc.weight.dtype, device=device)
     missing, _ = wide.load_state_dict({k: v for k, v in head.state_dict().items()
                                        if not k.startswith(("lm_head", "d2t", "t2d"))}, strict=False)
     assert set(missing) == {"lm_head.weight", "d2t", "t2d"}, missing
@@ -103,6 +103,26 @@ def revocab_eagle3(head: Eagle3Head, target: Transformer, used_ids: torch.Tensor
     wide.d2t.copy_(d2t)
     wide.t2d.copy_(t2d)
     return wide
+
+
+@torch.no_grad()
+def deepen_eagle3(head: Eagle3Head, num_layers: int, seed: int = 0) -> Eagle3Head:
+    """``head`` (trained) with plain layers appended up to ``num_layers``; each new layer starts as the identity
+    (its o_proj and down_proj zero, the rest as ``init_new``), so the deeper head drafts as ``head`` did."""
+    if num_layers < head.num_layers:
+        raise ValueError(f"cannot deepen a {head.num_layers}-layer head to {num_layers} layers")
+    device, dtype = head.fc.weight.device, head.fc.weight.dtype
+    deep = Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
+                      hidden_layers=head.hidden_layers, draft_vocab_size=head.draft_vocab_size,
+                      embed_weight=head.embed_weight, norm_before_residual=head.midlayer.norm_before_residual,
+                      num_layers=num_layers, dtype=dtype, device=device)
+    for i, layer in enumerate(deep.extra_layers[head.num_layers - 1 :]):
+        init_new(layer, seed + i)
+        layer.self_attn.o_proj.weight.zero_()
+        layer.mlp.down_proj.weight.zero_()
+    missing, unexpected = deep.load_state_dict(head.state_dict(), strict=False)
+    assert not unexpected and all(name.startswith("extra_layers.") for name in missing), (missing, unexpected)
+    return deep
 
 
 def new_mtp(target: Transformer, used_ids: Optional[torch.Tensor], *, seed: int = 0) -> MtpHead:

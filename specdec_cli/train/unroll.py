@@ -37,19 +37,20 @@ def chain_mask(length: int, steps: int, device: torch.device) -> torch.Tensor:
 
 
 class ChainAttention:
-    """The attention of one unrolled layer: call it once per chain step (see the module doc).
+    """The attention of an unrolled head: call it once per layer and chain step (see the module doc).
 
-    ``__call__(attn, x [B, L, A]) -> [B, L, H]``; keys/values of earlier steps are kept.
+    ``__call__(layer, attn, x [B, L, A]) -> [B, L, H]``; each layer keeps the keys/values of its earlier steps.
     """
 
     def __init__(self, rope: RotaryTables) -> None:
         self.rope = rope
-        self.keys: list[torch.Tensor] = []
-        self.values: list[torch.Tensor] = []
+        self.keys: dict[int, list[torch.Tensor]] = {}
+        self.values: dict[int, list[torch.Tensor]] = {}
 
-    def __call__(self, attn: Attention, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, layer: int, attn: Attention, x: torch.Tensor) -> torch.Tensor:
         batch, length = x.shape[:2]
-        step = len(self.keys)
+        keys, values = self.keys.setdefault(layer, []), self.values.setdefault(layer, [])
+        step = len(keys)
         self.rope.ensure(length + step)
         positions = torch.arange(step, step + length, device=x.device)
         cos, sin = self.rope.cos[positions].unsqueeze(1), self.rope.sin[positions].unsqueeze(1)
@@ -59,10 +60,10 @@ class ChainAttention:
         if attn.q_norm is not None and attn.k_norm is not None:
             q, k = attn.q_norm(q), attn.k_norm(k)
         q, k = rotate(q, cos, sin).transpose(1, 2), rotate(k, cos, sin).transpose(1, 2)
-        self.keys.append(k)
-        self.values.append(v.transpose(1, 2))
+        keys.append(k)
+        values.append(v.transpose(1, 2))
         out = F.scaled_dot_product_attention(
-            q, torch.cat(self.keys, dim=2), torch.cat(self.values, dim=2),
+            q, torch.cat(keys, dim=2), torch.cat(values, dim=2),
             attn_mask=chain_mask(length, step + 1, x.device), scale=attn.scale, enable_gqa=True,
         )
         return attn.o_proj(out.transpose(1, 2).reshape(batch, length, -1))
@@ -85,8 +86,8 @@ def unroll_head(head: FeatureHead, rope: RotaryTables, features: torch.Tensor, t
 def model_hidden(model: Transformer, tokens: torch.Tensor) -> torch.Tensor:
     """A draft model's post-norm hidden states [B, L, H] for tokens [B, L] (causal, positions 0..L-1)."""
     x = model.embed_tokens(tokens)
-    for layer in model.layers:
-        attention = ChainAttention(model.rope)
-        h = x + attention(layer.self_attn, layer.input_layernorm(x))
+    attention = ChainAttention(model.rope)
+    for i, layer in enumerate(model.layers):
+        h = x + attention(i, layer.self_attn, layer.input_layernorm(x))
         x = h + layer.mlp(layer.post_attention_layernorm(h))
     return model.norm(x)

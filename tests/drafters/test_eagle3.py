@@ -10,11 +10,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from specdec_cli.drafters.base import DraftRequest
-from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.eagle3 import load_eagle3, save_eagle3
 from specdec_cli.drafters.feature_head import FeatureDrafter
 from specdec_cli.errors import ConfigError
 from specdec_cli.models.rope import RotaryTables
 from specdec_cli.testing import toy_model
+from specdec_cli.train.heads import deepen_eagle3
 from specdec_cli.train.unroll import unroll_head
 from toys import CONTEXT, TOY_LAYERS, VOCAB, batch_params, toy_checkpoint, toy_target
 
@@ -27,6 +28,22 @@ PUBLISHED = {"fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_no
 @pytest.fixture(scope="module")
 def checkpoint(target, tmp_path_factory) -> Path:
     return Path(toy_checkpoint("eagle3", target, tmp_path_factory.mktemp("eagle3")))
+
+
+@pytest.fixture(scope="module")
+def deep_checkpoint(target, checkpoint: Path, tmp_path_factory) -> Path:
+    """The toy head deepened to 2 layers, its new layer perturbed away from the identity."""
+    head = deepen_eagle3(load_eagle3(checkpoint, target), 2)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for param in head.extra_layers.parameters():
+            param.add_(torch.randn(param.shape, generator=generator) * 0.2)
+    return save_eagle3(head, tmp_path_factory.mktemp("deep"))
+
+
+@pytest.fixture(params=["checkpoint", "deep_checkpoint"])
+def one_and_two_layers(request) -> Path:
+    return request.getfixturevalue(request.param)
 
 
 def request(tokens: list[int], **hidden) -> DraftRequest:
@@ -64,6 +81,35 @@ def test_published_name_variants_and_bin_weights_load(target, checkpoint: Path, 
     head, reference = load_eagle3(tmp_path, target), load_eagle3(checkpoint, target)
     assert head.hidden_layers == (0, 1, 1)
     assert all(torch.equal(t, reference.state_dict()[n]) for n, t in head.state_dict().items())
+
+
+def test_deeper_heads_store_plain_layers_as_layers_i(target, deep_checkpoint: Path, tmp_path: Path) -> None:
+    stored = load_file(deep_checkpoint / "model.safetensors")
+    layer1 = {n.replace("midlayer.", "layers.1.") for n in PUBLISHED if n.startswith("midlayer.")} - {
+        "layers.1.hidden_norm.weight"}
+    assert set(stored) == PUBLISHED | layer1
+    assert json.loads((deep_checkpoint / "config.json").read_text())["num_hidden_layers"] == 2
+    head = load_eagle3(deep_checkpoint, target)
+    assert head.num_layers == 2 and len(head.extra_layers) == 1
+    assert stored["layers.1.self_attn.q_proj.weight"].shape[1] == target.arch.hidden_size  # a plain layer reads H
+    assert all(torch.equal(tensor, stored[name.replace("extra_layers.0.", "layers.1.")])
+               for name, tensor in head.state_dict().items())
+    config = json.loads((deep_checkpoint / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 0}))
+    (tmp_path / "model.safetensors").write_bytes((deep_checkpoint / "model.safetensors").read_bytes())
+    with pytest.raises(ConfigError, match=r"config\.json: num_hidden_layers=0 must be an integer in 1\.\.8"):
+        load_eagle3(tmp_path, target)
+
+
+def test_deepening_a_head_keeps_its_drafts(target, checkpoint: Path) -> None:
+    """``deepen_eagle3``'s new layers start as the identity: the deeper head drafts what the checkpoint drafts."""
+    head = load_eagle3(checkpoint, target)
+    deep = deepen_eagle3(head, 3)
+    assert deep.num_layers == 3 and deep.extra_layers[1].self_attn.q_proj.weight.abs().sum() > 0
+    shallow_out = drafter_for(head, target).propose([request(CONTEXT)], 3, batch_params(1, seeds=[4]))
+    deep_out = drafter_for(deep, target).propose([request(CONTEXT)], 3, batch_params(1, seeds=[4]))
+    assert torch.equal(shallow_out.tokens, deep_out.tokens)
+    assert torch.allclose(shallow_out.draft_probs, deep_out.draft_probs, atol=1e-6)
 
 
 def test_default_layers_are_eagle3s_low_mid_high(checkpoint: Path, tmp_path: Path) -> None:
@@ -116,9 +162,9 @@ def test_wrong_target_and_missing_directory(checkpoint: Path, tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------- drafting
-def test_training_unroll_matches_the_drafting_chain(target, checkpoint: Path) -> None:
-    """Training-time test attention sees exactly what the drafting chain has in its cache."""
-    head = load_eagle3(checkpoint, target)
+def test_training_unroll_matches_the_drafting_chain(target, one_and_two_layers: Path) -> None:
+    """Training-time test attention sees exactly what the drafting chain has in its cache (every layer)."""
+    head = load_eagle3(one_and_two_layers, target)
     proposal = drafter_for(head, target).propose([request(CONTEXT)], 3, batch_params(1))
     sequence = torch.tensor(CONTEXT + proposal.tokens[0].tolist())
     cache = target.new_cache(1, 32)

@@ -67,13 +67,13 @@ DRAFT_IDS = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])  # a reduced 
 
 
 def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confidence: float = 0.0,
-                 enhancer_min_match: int = 0, sampled_nodes: int | None = None):
+                 enhancer_min_match: int = 0, sampled_nodes: int | None = None, head_layers: int = 1):
     from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
     from specdec_cli.engine.engine import EngineOptions
     from specdec_cli.engine.tree import TreeSpecEngine
     from specdec_cli.train.heads import new_eagle3
 
-    head = new_eagle3(target, DRAFT_IDS, hidden_layers=(0, 1, 1), seed=1)
+    head = new_eagle3(target, DRAFT_IDS, hidden_layers=(0, 1, 1), seed=1, num_layers=head_layers)
     drafter = TreeFeatureDrafter(head, target, num_slots=1, max_seq_len=96, policy="sample", topk=topk,
                                  max_depth=depth)
     drafter.draft_confidence = confidence  # what build_drafter sets from method.draft_confidence
@@ -146,15 +146,15 @@ def test_greedy_and_sampled_requests_get_their_own_node_budgets():
     assert sizes[0.0] > 4 and 1 <= sizes[1.0] <= 4
 
 
-@pytest.mark.parametrize(("confidence", "enhancer"), [(0.0, 0), (0.95, 0), (0.3, 2)])
-def test_greedy_tree_equals_autoregressive_greedy(confidence, enhancer):
+@pytest.mark.parametrize(("confidence", "enhancer", "head_layers"), [(0.0, 0, 1), (0.95, 0, 1), (0.3, 2, 1), (0.0, 0, 2)])
+def test_greedy_tree_equals_autoregressive_greedy(confidence, enhancer, head_layers):
     from specdec_cli.engine.engine import EngineOptions, SpecEngine
     from specdec_cli.engine.request import SamplingParams
 
     target = toy_model(0, vocab_size=VOCAB, num_layers=2)
     prompts = [[1, 2, 3, 4, 1, 2, 3, 4, 1, 2], [5, 6, 7], [9, 9, 9, 9, 9, 9, 3]]
     greedy = SamplingParams(temperature=0.0)
-    engine = _tree_engine(target, confidence=confidence, enhancer_min_match=enhancer)
+    engine = _tree_engine(target, confidence=confidence, enhancer_min_match=enhancer, head_layers=head_layers)
     tree_out = _generate(engine, prompts, greedy, 24)
     plain = SpecEngine(target, None, EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5))
     assert tree_out == _generate(plain, prompts, greedy, 24)

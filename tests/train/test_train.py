@@ -13,6 +13,7 @@ from specdec_cli.config.schema import Eagle3MethodConfig, ModelConfig, MtpMethod
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.learned import arch_config
 from specdec_cli.drafters.mtp import load_mtp
+from specdec_cli.errors import ConfigError
 from specdec_cli.models import ModelArch
 from specdec_cli.models.loading import load_hf_dir
 from specdec_cli.testing import toy_arch
@@ -125,6 +126,33 @@ def test_revocab_warm_start_keeps_trained_rows_and_starts_new_ids_at_the_targets
     assert (torch.arange(6) + resumed.d2t).tolist() == resumed_ids.tolist()
     assert check_train_config(HeadTrainConfig(method=MtpMethodConfig(), model=ModelConfig(), revocab=True)) == [
         "revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: it needs method=eagle3 and init_from"]
+
+
+def test_head_layers_deepens_a_warm_start_and_sizes_a_fresh_head(target, sequences, tmp_path: Path) -> None:
+    """``head_layers``: a warm-started EAGLE-3 head gets identity-initialised plain layers appended (its own
+    weights kept), a fresh head is built that deep; a shallower depth than the checkpoint's is refused."""
+    start = make_task("eagle3", target)
+    make_trainer(start, target, sequences, tmp_path / "start", steps=1).run()
+    old = load_eagle3(tmp_path / "start" / "draft", target)
+    method = Eagle3MethodConfig(target_layers=[0, 1, 1])
+    cfg = HeadTrainConfig(method=method, model=ModelConfig(), init_from=str(tmp_path / "start" / "draft"),
+                          head_layers=2)
+    task = TRAINERS.get("eagle3").build_task(cfg, TaskInputs(target, None, sequences, 20, None))
+    head = task.module
+    assert head.num_layers == 2 and all(torch.equal(head.state_dict()[n], t) for n, t in old.state_dict().items())
+    assert not head.extra_layers[0].mlp.down_proj.weight.any() and head.extra_layers[0].mlp.up_proj.weight.any()
+    make_trainer(task, target, sequences, tmp_path / "deep", steps=2).run()
+    trained = load_eagle3(tmp_path / "deep" / "draft", target)
+    assert trained.num_layers == 2 and trained.extra_layers[0].mlp.down_proj.weight.any()  # it trains
+    fresh = TRAINERS.get("eagle3").build_task(HeadTrainConfig(method=method, model=ModelConfig(), head_layers=3),
+                                              TaskInputs(target, None, sequences, 20, None)).module
+    assert fresh.num_layers == 3
+    with pytest.raises(ConfigError, match=r"head_layers=1: .* holds a 2-layer head \(a head can be deepened, not cut\)"):
+        TRAINERS.get("eagle3").build_task(HeadTrainConfig(method=method, model=ModelConfig(), head_layers=1,
+                                                          init_from=str(tmp_path / "deep" / "draft")),
+                                          TaskInputs(target, None, sequences, 20, None))
+    assert check_train_config(HeadTrainConfig(method=MtpMethodConfig(), model=ModelConfig(), head_layers=2)) == [
+        "head_layers=2 sets an EAGLE-3 head's depth: it needs method=eagle3 and 1..8"]
 
 
 def test_resume_continues_from_the_saved_step(target, sequences, check_resume) -> None:

@@ -10,8 +10,9 @@ from specdec_cli.config.schema import TrainConfig
 from specdec_cli.drafters.eagle3 import load_eagle3
 from specdec_cli.drafters.feature_head import FeatureHead
 from specdec_cli.drafters.mtp import load_mtp
+from specdec_cli.errors import ConfigError
 from specdec_cli.sampling.vocab import draft_to_target_ids
-from specdec_cli.train.heads import draft_vocabulary, new_eagle3, new_mtp, revocab_eagle3
+from specdec_cli.train.heads import deepen_eagle3, draft_vocabulary, new_eagle3, new_mtp, revocab_eagle3
 from specdec_cli.train.methods.base import (
     TRAINERS, MethodTrainer, TaskInputs, at_least_one, check_init_from, init_dir, init_from_field,
 )
@@ -30,6 +31,9 @@ class HeadTrainConfig(TrainConfig):
     # eagle3 with init_from: rebuild the draft vocabulary from this corpus at draft_vocab_size (trained rows kept,
     # new ids start at the target's rows); false: keep the checkpoint's vocabulary
     revocab: bool = False
+    # eagle3: layers of the head (0: the warm start's, else 1); a warm start gets identity-initialised plain
+    # layers appended, so training starts from what the checkpoint drafts
+    head_layers: int = 0
     # warm start: a head of this method (its weights and draft vocabulary; "shipped": the project's own)
     init_from: Optional[str] = init_from_field()
 
@@ -39,6 +43,8 @@ def check_head(cfg: HeadTrainConfig) -> list[str]:
     if cfg.revocab and (cfg.method.name != "eagle3" or not cfg.init_from):
         out.append("revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: "
                    "it needs method=eagle3 and init_from")
+    if cfg.head_layers and (cfg.method.name != "eagle3" or not 1 <= cfg.head_layers <= 8):
+        out.append(f"head_layers={cfg.head_layers} sets an EAGLE-3 head's depth: it needs method=eagle3 and 1..8")
     if not cfg.step_weight > 0:
         out.append(f"step_weight={cfg.step_weight} must be > 0")
     if not cfg.tv_weight >= 0:
@@ -73,10 +79,16 @@ def build_eagle3_task(cfg: HeadTrainConfig, inputs: TaskInputs) -> Task:
         current = draft_to_target_ids(torch.arange(head.draft_vocab_size, device=head.d2t.device), head.d2t)
         if ids is not None and not torch.equal(ids.cpu(), current.cpu()):
             head = revocab_eagle3(head, target, ids)
+        if cfg.head_layers > head.num_layers:
+            head = deepen_eagle3(head, cfg.head_layers, seed=cfg.seed)
+        elif cfg.head_layers and cfg.head_layers < head.num_layers:
+            raise ConfigError([f"head_layers={cfg.head_layers}: {init} holds a {head.num_layers}-layer head "
+                               "(a head can be deepened, not cut)"])
         return head_task(head.train(), cfg, inputs)
     ids = draft_vocab_ids(cfg, inputs)
     ids = ids if ids is not None else torch.arange(inputs.target.arch.vocab_size)
-    head = new_eagle3(inputs.target, ids, hidden_layers=getattr(cfg.method, "target_layers", None), seed=cfg.seed)
+    head = new_eagle3(inputs.target, ids, hidden_layers=getattr(cfg.method, "target_layers", None), seed=cfg.seed,
+                      num_layers=max(1, cfg.head_layers))
     return head_task(head, cfg, inputs)
 
 
