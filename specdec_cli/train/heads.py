@@ -81,16 +81,22 @@ def new_eagle3(target: Transformer, used_ids: torch.Tensor, *, hidden_layers: Op
     return head
 
 
+def _eagle3_like(head: Eagle3Head, **changes: int) -> Eagle3Head:
+    """An uninitialised EAGLE-3 head shaped as ``head`` (same device and dtype), ``changes`` aside."""
+    shape = {"draft_vocab_size": head.draft_vocab_size, "num_layers": head.num_layers, **changes}
+    return Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
+                      hidden_layers=head.hidden_layers, embed_weight=head.embed_weight,
+                      norm_before_residual=head.midlayer.norm_before_residual, dtype=head.fc.weight.dtype,
+                      device=head.fc.weight.device, **shape)
+
+
 @torch.no_grad()
 def revocab_eagle3(head: Eagle3Head, target: Transformer, used_ids: torch.Tensor) -> Eagle3Head:
     """``head`` (trained) over a new draft vocabulary ``used_ids`` (ascending [Vd']): every weight is kept, the
     lm_head rows of ids in both vocabularies too; ids new to the head start as the target's rows (as a fresh
     head's do: a trained head's rows stay close to them)."""
     device = head.fc.weight.device
-    wide = Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
-                      hidden_layers=head.hidden_layers, draft_vocab_size=used_ids.numel(),
-                      embed_weight=head.embed_weight, norm_before_residual=head.midlayer.norm_before_residual,
-                      num_layers=head.num_layers, dtype=head.fc.weight.dtype, device=device)
+    wide = _eagle3_like(head, draft_vocab_size=used_ids.numel())
     missing, _ = wide.load_state_dict({k: v for k, v in head.state_dict().items()
                                        if not k.startswith(("lm_head", "d2t", "t2d"))}, strict=False)
     assert set(missing) == {"lm_head.weight", "d2t", "t2d"}, missing
@@ -111,11 +117,7 @@ def deepen_eagle3(head: Eagle3Head, num_layers: int, seed: int = 0) -> Eagle3Hea
     (its o_proj and down_proj zero, the rest as ``init_new``), so the deeper head drafts as ``head`` did."""
     if num_layers < head.num_layers:
         raise ValueError(f"cannot deepen a {head.num_layers}-layer head to {num_layers} layers")
-    device, dtype = head.fc.weight.device, head.fc.weight.dtype
-    deep = Eagle3Head(head.arch, target_hidden_size=head.fc.weight.shape[1] // len(head.hidden_layers),
-                      hidden_layers=head.hidden_layers, draft_vocab_size=head.draft_vocab_size,
-                      embed_weight=head.embed_weight, norm_before_residual=head.midlayer.norm_before_residual,
-                      num_layers=num_layers, dtype=dtype, device=device)
+    deep = _eagle3_like(head, num_layers=num_layers)
     for i, layer in enumerate(deep.extra_layers[head.num_layers - 1 :]):
         init_new(layer, seed + i)
         layer.self_attn.o_proj.weight.zero_()
