@@ -47,6 +47,7 @@ from specdec_cli.models.layers import RMSNorm
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
 REQUIRED_FIELDS = ("hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+MAX_LAYERS = 8  # num_hidden_layers of a head this package loads or trains (train: head_layers)
 
 
 class Eagle3Layer(HeadLayer):
@@ -77,7 +78,6 @@ class Eagle3Head(FeatureHead):
         self.draft_vocab_size = draft_vocab_size
         self.fc = Linear(len(self.hidden_layers) * target_hidden_size, hidden, **kw)
         self.midlayer = Eagle3Layer(arch, norm_before_residual=norm_before_residual, **kw)
-        self.num_layers = num_layers
         self.extra_layers = nn.ModuleList(HeadLayer(arch, hidden, **kw) for _ in range(num_layers - 1))
         self.norm = RMSNorm(hidden, arch.rms_norm_eps, **kw)
         self.lm_head = Linear(hidden, draft_vocab_size, **kw)
@@ -96,6 +96,10 @@ class Eagle3Head(FeatureHead):
         for i, extra in enumerate(self.extra_layers, 1):
             out = extra.block(extra.input_layernorm(out), out, functools.partial(attention, i))
         return out
+
+    @property
+    def num_layers(self) -> int:
+        return 1 + len(self.extra_layers)
 
     def recycle(self, out: torch.Tensor) -> torch.Tensor:
         return out  # the pre-norm layer output; fc is for target features only
@@ -117,8 +121,9 @@ def load_eagle3(directory: str | Path, target: Transformer, *, target_layers: Op
         arch = ModelArch.from_hf_config({**ckpt.config, "model_type": "llama", "num_hidden_layers": 1,
                                          "architectures": ["LlamaForCausalLM"]})
         num_layers = ckpt.field("num_hidden_layers", 1)
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= 8:
-            raise UnsupportedArchitectureError(f"num_hidden_layers={num_layers!r} must be an integer in 1..8")
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or not 1 <= num_layers <= MAX_LAYERS:
+            raise UnsupportedArchitectureError(
+                f"num_hidden_layers={num_layers!r} must be an integer in 1..{MAX_LAYERS}")
     except UnsupportedArchitectureError as err:
         raise ConfigError([f"{ckpt.config_file}: {err}"]) from None
     tarch = target.arch

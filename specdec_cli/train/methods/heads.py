@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from specdec_cli.config.schema import TrainConfig
-from specdec_cli.drafters.eagle3 import load_eagle3
+from specdec_cli.drafters.eagle3 import MAX_LAYERS, load_eagle3
 from specdec_cli.drafters.feature_head import FeatureHead
 from specdec_cli.drafters.mtp import load_mtp
 from specdec_cli.errors import ConfigError
@@ -43,8 +43,9 @@ def check_head(cfg: HeadTrainConfig) -> list[str]:
     if cfg.revocab and (cfg.method.name != "eagle3" or not cfg.init_from):
         out.append("revocab=true rebuilds a warm-started EAGLE-3 head's vocabulary: "
                    "it needs method=eagle3 and init_from")
-    if cfg.head_layers and (cfg.method.name != "eagle3" or not 1 <= cfg.head_layers <= 8):
-        out.append(f"head_layers={cfg.head_layers} sets an EAGLE-3 head's depth: it needs method=eagle3 and 1..8")
+    if cfg.head_layers and (cfg.method.name != "eagle3" or not 1 <= cfg.head_layers <= MAX_LAYERS):
+        out.append(f"head_layers={cfg.head_layers} sets an EAGLE-3 head's depth: it needs method=eagle3 and "
+                   f"1..{MAX_LAYERS}")
     if not cfg.step_weight > 0:
         out.append(f"step_weight={cfg.step_weight} must be > 0")
     if not cfg.tv_weight >= 0:
