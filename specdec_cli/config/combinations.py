@@ -19,6 +19,7 @@ from specdec_cli.config.schema import MethodConfig, RunConfig
 
 REJECTION_MODES = ("auto", "on", "off")
 BACKENDS = ("auto", "torch", "flashinfer")
+VERIFICATIONS = ("token", "block")
 
 
 @dataclass
@@ -145,10 +146,14 @@ def check_features(cfg: RunConfig) -> list[str]:
 
 def resolve_rejection(cfg: RunConfig, found: Findings) -> bool:
     """Whether rejection sampling runs: ``on`` must be possible, ``auto`` turns off when it is not."""
-    mode = cfg.rejection.mode
+    mode, block = cfg.rejection.mode, cfg.rejection.verification == "block"
+    if cfg.rejection.verification not in VERIFICATIONS:
+        found.violations.append(not_one_of("rejection.verification", cfg.rejection.verification, VERIFICATIONS))
     if mode not in REJECTION_MODES:
         found.violations.append(not_one_of("rejection.mode", mode, REJECTION_MODES))
         return False
+    if mode == "off" and block:
+        found.violations.append("rejection.verification=block is a rejection-sampling rule: rejection=off has none")
     if mode == "off" or cfg.method.name not in TABLE:
         return False
     blockers = []
@@ -164,6 +169,8 @@ def resolve_rejection(cfg: RunConfig, found: Findings) -> bool:
         found.violations += blockers
         return True
     found.reasons += [f"rejection=auto -> off: {blocker}" for blocker in blockers]
+    if blockers and block:
+        found.reasons.append("rejection.verification=block has no effect: rejection sampling is off")
     return not blockers
 
 
@@ -194,6 +201,13 @@ def resolve_backend(
         found.violations.append(not_one_of("rejection.backend", requested, BACKENDS))
         return "torch"
     if requested == "torch" or (requested == "auto" and not rejection):
+        return "torch"
+    if cfg.rejection.verification == "block":  # flashinfer's chain kernel tests token by token
+        if requested == "flashinfer":
+            found.violations.append("rejection.verification=block runs on the torch backend: flashinfer's chain "
+                                    "kernel verifies token by token (use rejection.backend=torch or auto)")
+        elif device == "cuda":
+            found.reasons.append("rejection.backend=auto -> torch (rejection.verification=block)")
         return "torch"
     problem = hw.flashinfer_problem
     if problem is None and device != "cuda":

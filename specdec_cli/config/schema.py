@@ -150,6 +150,7 @@ class SamplerConfig:
 class RejectionConfig:
     mode: str = "auto"  # auto | on | off
     backend: str = "auto"  # auto | torch | flashinfer
+    verification: str = "token"  # token | block: how a chain's drafts are tested (block keeps at least as many)
 
 
 # --------------------------------------------------------------------------- parallelism

@@ -37,6 +37,7 @@ class EngineOptions:
     draft_len_schedule: Optional[dict[int, int]] = None  # max batch size -> K (None: always K)
     rejection: bool = True  # rejection sampling where the drafter has a q
     backend: str = "torch"  # rejection kernel: torch | flashinfer
+    verification: str = "token"  # chain rejection rule: token | block
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
     thinking: Optional[tuple[int, int]] = None  # (begin, end) token ids: relaxed only in between (None: everywhere)
     skip: Optional[SkipRule] = None  # adaptive skipping of requests whose drafts do not pay (None: off)
@@ -57,7 +58,7 @@ class SpecEngine:
         self.target, self.drafter, self.options, self.decode = target, drafter, options, decode
         self.vocab_size = target.arch.vocab_size
         self.acceptance = AcceptanceOptions(rejection=options.rejection, backend=options.backend,
-                                            relaxed=options.relaxed, thinking=options.thinking)
+                                            verification=options.verification, relaxed=options.relaxed, thinking=options.thinking)
         # engine.cuda_graphs: one more slot, the scratch row that graph warm-up and padding write
         self.cache = target.new_cache(options.max_batch_size + options.cuda_graphs, options.max_seq_len)
         self.graphed = GraphedVerify(target, self.cache, drafter) if options.cuda_graphs else None

@@ -6,7 +6,8 @@
                                                    thinking token ids; strict elsewhere), or everywhere
                                                    when no ids are set (method.relaxed_everywhere=true)
 - argmax    (every row greedy)                  -> strict acceptance against the target argmax; never rejection
-- rejection (enabled, K > 0, the stored q is consistent) -> rejection sampling against the stored q (lossless)
+- rejection (enabled, K > 0, the stored q is consistent) -> rejection sampling against the stored q (lossless;
+                                                   token by token, or the block rule: rejection.verification)
 - strict    (otherwise)                         -> sample the target at every position, strict acceptance
                                                    (lossless for any drafter; lower acceptance than rejection)
 """
@@ -19,6 +20,7 @@ import torch
 
 from specdec_cli.sampling import (
     BatchParams,
+    block_verify,
     filtered_probs,
     greedy_accept,
     one_hot,
@@ -39,6 +41,7 @@ class AcceptanceOptions:
 
     rejection: bool = True  # rejection sampling where the drafter stored drafts (and maybe a q)
     backend: str = "torch"  # rejection kernel: torch | flashinfer
+    verification: str = "token"  # chain rejection: token by token, or block (torch; at least as many kept)
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
     thinking: Optional[tuple[int, int]] = None  # (begin, end) thinking token ids gating relaxed (None: everywhere)
     # rejection groups per kernel that actually ran them, counted where the kernel is called (metrics.backend_usage)
@@ -68,6 +71,9 @@ class Rule:
             return strict_accept(draft_tokens, sample_tokens(logits, params, target_probs))
         if draft_probs is None:
             draft_probs = one_hot(draft_tokens.to(logits.device), logits.shape[-1])
+        if self.options.verification == "block":
+            self.options.usage["torch"] += 1
+            return block_verify(target_probs, draft_probs, draft_tokens, generators=params.generators)
         self.options.usage[kernel_backend(self.options.backend, draft_tokens.shape[1])] += 1
         return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
                                      generators=params.generators)

@@ -18,12 +18,13 @@ Randomness: every random function takes ``generators``: None, one ``torch.Genera
 list with one (possibly None) generator per row, on the device of the probabilities. With the list, row i's
 draws depend only on its generator and its own inputs, so a seeded request gets the same tokens whatever else
 is in the batch. Each call consumes a fixed number of draws per row (1 for ``sample_from_probs``, K+1 for
-``rejection_sample``), so a request's stream advances identically however the batch is composed.
+``rejection_sample`` and ``block_verify``), so a request's stream advances identically however the batch is composed.
 """
 from __future__ import annotations
 
 from specdec_cli.sampling.acceptance import (
     PLACEHOLDER_TOKEN_ID,
+    block_verify,
     greedy_accept,
     rejection_sample,
     relaxed_accept,
@@ -43,6 +44,7 @@ __all__ = [
     "BatchParams",
     "Generators",
     "SamplingError",
+    "block_verify",
     "draft_ids_of",
     "draft_to_target_ids",
     "draw_uniforms",

@@ -96,6 +96,83 @@ def rejection_sample(
     (one stream for the batch) or ``generators`` (one per row, None = default RNG; batch-invariant).
     ``uniforms`` injects them instead: [B, K+1], or [B, K] with the final draw still taken from the generators.
     """
+    k = target_probs.shape[1] - 1
+    uniforms = _uniforms(target_probs, draft_probs, draft_tokens, generator, generators, uniforms)
+    draft_tokens = draft_tokens.long()
+    ids = draft_tokens[..., None]
+    target_at_draft = target_probs[:, :k].gather(-1, ids)[..., 0].double()
+    draft_at_draft = draft_probs.gather(-1, ids)[..., 0].double()
+    num_accepted = _accepted_prefix(uniforms[:, :k] * draft_at_draft < target_at_draft)
+    if k == 0:
+        final = sample_target_or_residual(target_probs, num_accepted, uniforms[:, k])
+    else:
+        final = sample_target_or_residual(
+            target_probs,
+            num_accepted,
+            uniforms[:, k],
+            draft_probs=draft_probs,
+            draft_row=num_accepted.clamp(max=k - 1),
+            use_residual=num_accepted < k,
+        )
+    return _emit(draft_tokens, num_accepted, final)
+
+
+def block_verify(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    generator: Optional[torch.Generator] = None,
+    *,
+    generators: Optional[list[Optional[torch.Generator]]] = None,
+    uniforms: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block verification (Sun et al., "Block Verification Accelerates Speculative Decoding", 2024): the chain is
+    judged as a whole, so the emitted tokens are distributed exactly as the target's and, in expectation, at least
+    as many drafts are kept as by ``rejection_sample`` (same arguments, outputs and K+1 uniforms per row).
+
+    With ratio_i = target_probs[i-1, d_i] / draft_probs[i-1, d_i], the block weights are w_0 = 1 and
+    w_i = min(w_{i-1} * ratio_i, 1). Prefix i (1 <= i < K) is kept with probability h_i = m_i / (m_i + 1 - w_i),
+    m_i = sum_v max(w_i * target_probs[i, v] - draft_probs[i, v], 0); the whole chain with h_K = w_K. The longest
+    prefix whose test ``u_i < h_i`` passes is emitted (0 when none), then one token from
+    normalize(max(w_i * target_probs[i] - draft_probs[i], 0)) at i < K, or from target row K (float64 weights).
+    """
+    k = target_probs.shape[1] - 1
+    if k <= 0:  # no draft: the bonus draw alone, as token by token
+        return rejection_sample(target_probs, draft_probs, draft_tokens, generator, generators=generators,
+                                uniforms=uniforms)
+    uniforms = _uniforms(target_probs, draft_probs, draft_tokens, generator, generators, uniforms)
+    draft_tokens = draft_tokens.long()
+    ids = draft_tokens[..., None]
+    target_at_draft = target_probs[:, :k].gather(-1, ids)[..., 0].double()
+    draft_at_draft = draft_probs.gather(-1, ids)[..., 0].double()
+    ratio = torch.where(draft_at_draft > 0, target_at_draft / draft_at_draft.clamp_min(1e-300), 0.0)
+    weights = [torch.ones_like(ratio[:, 0])]
+    for i in range(k):
+        weights.append(torch.minimum(weights[-1] * ratio[:, i], torch.ones_like(ratio[:, i])))
+    weight = torch.stack(weights, dim=1)  # [B, K+1]
+    mass = (weight[:, 1:k, None] * target_probs[:, 1:k].double() - draft_probs[:, 1:k].double()).clamp_(min=0).sum(-1)
+    denominator = mass + 1 - weight[:, 1:k]
+    keep = torch.where(denominator > 0, mass / denominator.clamp_min(1e-300), 0.0)  # h_1 .. h_{K-1}
+    keep = torch.cat([keep, weight[:, k:]], dim=1)  # [B, K]: h_1 .. h_K
+    positions = torch.arange(1, k + 1, device=keep.device)
+    num_accepted = torch.where(uniforms[:, :k] < keep, positions, 0).amax(dim=1)
+    scaled_target = target_probs * torch.cat([weight[:, :k], torch.ones_like(weight[:, k:])], 1)[..., None].to(
+        target_probs.dtype)
+    final = sample_target_or_residual(scaled_target, num_accepted, uniforms[:, k], draft_probs=draft_probs,
+                                      draft_row=num_accepted.clamp(max=k - 1), use_residual=num_accepted < k)
+    return _emit(draft_tokens, num_accepted, final)
+
+
+def _uniforms(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    generator: Optional[torch.Generator],
+    generators: Optional[list[Optional[torch.Generator]]],
+    uniforms: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """Checks a chain verification's shapes and returns its K+1 float64 uniforms per row [B, K+1] (drawn, or
+    ``uniforms`` [B, K+1] / [B, K] with the last drawn)."""
     batch, positions, vocab = target_probs.shape
     k = positions - 1
     if k < 0 or draft_probs.shape != (batch, k, vocab) or draft_tokens.shape != (batch, k):
@@ -114,25 +191,7 @@ def rejection_sample(
         uniforms = torch.cat([uniforms.to(device, torch.float64), final], dim=1)
     elif uniforms.shape != (batch, k + 1):
         raise SamplingError(f"uniforms must be [B, K] or [B, K+1], got {tuple(uniforms.shape)}")
-    uniforms = uniforms.to(device, torch.float64)
-
-    draft_tokens = draft_tokens.long()
-    ids = draft_tokens[..., None]
-    target_at_draft = target_probs[:, :k].gather(-1, ids)[..., 0].double()
-    draft_at_draft = draft_probs.gather(-1, ids)[..., 0].double()
-    num_accepted = _accepted_prefix(uniforms[:, :k] * draft_at_draft < target_at_draft)
-    if k == 0:
-        final = sample_target_or_residual(target_probs, num_accepted, uniforms[:, k])
-    else:
-        final = sample_target_or_residual(
-            target_probs,
-            num_accepted,
-            uniforms[:, k],
-            draft_probs=draft_probs,
-            draft_row=num_accepted.clamp(max=k - 1),
-            use_residual=num_accepted < k,
-        )
-    return _emit(draft_tokens, num_accepted, final)
+    return uniforms.to(device, torch.float64)
 
 
 def _check_tokens(draft_tokens: torch.Tensor, target_tokens: torch.Tensor) -> None:

@@ -53,6 +53,7 @@ class EngineSetup:
     rejection: bool
     backend: str
     draft_len_schedule: Optional[dict[int, int]]
+    verification: str = "token"  # rejection.verification: token | block
     model_dtype: str = "float32"  # model.dtype as configured (learned heads follow it unless method.head_dtype)
     head_dtype: Optional[str] = None  # the resolved auto head dtype (EffectiveConfig.head_dtype), as `specdec run`
     tree_nodes: int = 0  # a draft tree's nodes per verify of a greedy / sampled request, as `specdec run` resolves
@@ -119,7 +120,8 @@ def build_engine(setup: EngineSetup, method: MethodConfig, case: PromptCase, max
         max_batch_size=setup.batch_size, max_seq_len=max_seq_len, prefill_chunk=0,
         max_draft_len=k if drafter is not None else 0,
         draft_len_schedule=setup.draft_len_schedule or None,
-        rejection=setup.rejection, backend=setup.backend, skip=skip_rule(method),
+        rejection=setup.rejection, backend=setup.backend,
+        verification=setup.verification, skip=skip_rule(method),
     )
     if method.drafts_a_tree:  # trees verify one request at a time (engine/tree.py)
         return TreeSpecEngine(setup.target, drafter, dataclasses.replace(options, max_batch_size=1),

@@ -13,6 +13,7 @@ TOY = ("verify", "--toy", "--prompts", "1")
     ("method=draft_target", "method.self_speculative_layers=1", "sampler=temperature"),
     ("method=draft_target", "sampler=topk", "sampler.top_k=6", "method.num_draft_tokens=3"),
     ("method=ngram", "method.min_n=1", "sampler=temperature"),
+    ("method=draft_target", "method.self_speculative_layers=1", "sampler=temperature", "rejection.verification=block"),
 ])
 def test_toy_verify_passes_for_lossless_configurations(specdec, overrides: tuple[str, ...]) -> None:
     result = specdec(*TOY, "--samples", "600", *overrides)

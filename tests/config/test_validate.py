@@ -154,6 +154,24 @@ def test_backend_resolution() -> None:
     assert "rejection sampling is off" in line
 
 
+
+def test_block_verification_resolution() -> None:
+    """rejection.verification=block: the chain rule on torch; trees and flashinfer are refused when explicit and
+    yield when auto (reason recorded); a bad value or rejection=off is an error."""
+    block = effective("method=eagle3", "sampler=temperature", "rejection.verification=block")
+    assert block.rejection and block.tree_topk == 1 and block.tree_nodes == block.sampled_tree_nodes == 0
+    assert any("rejection.verification=block" in reason for reason in block.reasons if "tree_topk=auto" in reason)
+    on_gpu = effective("method=eagle3", "sampler=temperature", "rejection.verification=block", hw=GPU)
+    assert on_gpu.backend == "torch" and "rejection.backend=auto -> torch (rejection.verification=block)" in on_gpu.reasons
+    (line,) = violations("method=eagle3", "rejection.verification=block", "rejection.backend=flashinfer", hw=GPU)
+    assert "flashinfer's chain kernel verifies token by token" in line
+    (line,) = violations("method=eagle3", "rejection.verification=block", "method.tree_topk=4")
+    assert line.endswith("rejection.verification=block tests chains only")
+    (line,) = violations("method=mtp", "rejection=off", "rejection.verification=block")
+    assert line.startswith("rejection.verification=block is a rejection-sampling rule")
+    assert violations("rejection.verification=blocks") == ["rejection.verification=blocks is not one of: token, block"]
+    assert effective("method=eagle3").tree_topk == 2  # the default (token) keeps the auto tree
+
 def test_device_resolution() -> None:
     assert effective(hw=GPU).device == "cuda"
     assert "model.device=auto -> cpu (no CUDA)" in effective().reasons

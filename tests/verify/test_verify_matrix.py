@@ -13,6 +13,7 @@ METHODS = {
     "self_spec": ("method=draft_target",),
     "self_spec_argmax": ("method=draft_target", "method.draft_policy=argmax"),
     "self_spec_strict": ("method=draft_target", "rejection=off"),
+    "self_spec_block": ("method=draft_target", "rejection.verification=block"),
     "ngram": ("method=ngram", "method.min_n=1"),
     "suffix": ("method=suffix", "method.min_match_len=1"),
     "suffix_pool": ("method=suffix", "method.min_match_len=1", "method.use_global_pool=true"),
