@@ -64,7 +64,7 @@ def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
         "sampler": f"{sampler.name} (T={sampler.temperature}, top_k={sampler.top_k}, "
         f"top_p={sampler.top_p})",
         "acceptance": acceptance_label(effective.rejection, effective.relaxed_acceptance,
-                                       cfg.rejection.verification),
+                                       effective.verification),
         "rejection backend": effective.backend,
         "all requests greedy": "yes" if effective.all_greedy else "no",
         "device": f"{effective.device} ({cfg.model.dtype})",
@@ -97,7 +97,7 @@ def print_run_summary(result: RunResult, output_dir: str) -> None:
         + (f"; tree: topk {topk}, {tree_nodes_label(effective)} nodes)" if topk > 1 else ")"),
         "sampler": result.config.sampler.name,
         "acceptance": acceptance_label(effective.rejection, effective.relaxed_acceptance,
-                                       result.config.rejection.verification),
+                                       effective.verification),
         "requests / tokens": f"{metrics['num_requests']} / {metrics['generated_tokens']}",
         "acceptance length": f"{metrics['acceptance_length']:.2f} tokens per verify step",
         "acceptance rate": f"{metrics['acceptance_rate']:.1%} of drafts",

@@ -19,7 +19,7 @@ from specdec_cli.config.schema import MethodConfig, RunConfig
 
 REJECTION_MODES = ("auto", "on", "off")
 BACKENDS = ("auto", "torch", "flashinfer")
-VERIFICATIONS = ("token", "block")
+VERIFICATIONS = ("auto", "token", "block")
 
 
 @dataclass
@@ -225,6 +225,25 @@ def resolve_backend(
     elif problem:
         found.violations.append(f"rejection.backend=flashinfer is unavailable: {problem}")
     return "flashinfer"
+
+
+def resolve_verification(cfg: RunConfig, rejection: bool, backend: str, tree_topk: int, found: Findings) -> str:
+    """How a chain's drafts are tested: ``block`` (block verification, exact, keeps at least as many drafts) or
+    ``token``; auto: block on the torch kernels, token on flashinfer (its chain kernel tests token by token) and
+    where a draft tree runs (``tree_topk`` > 1: tree rejection sampling, no chain to test). An invalid value was
+    reported by ``resolve_rejection``; an explicit block with a tree or flashinfer by ``check_tree`` /
+    ``resolve_backend``."""
+    requested = cfg.rejection.verification
+    if requested != "auto":
+        return requested if requested in VERIFICATIONS else "token"
+    if tree_topk > 1:
+        return "token"
+    resolved = "token" if backend == "flashinfer" else "block"
+    if rejection:
+        found.reasons.append(f"rejection.verification=auto -> {resolved}: " + (
+            "flashinfer's chain kernel tests token by token" if resolved == "token" else
+            "a draft chain is verified as a whole (exact; keeps at least as many drafts as token by token)"))
+    return resolved
 
 
 def unsupported(method: str, feature: str) -> str:

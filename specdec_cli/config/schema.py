@@ -150,7 +150,7 @@ class SamplerConfig:
 class RejectionConfig:
     mode: str = "auto"  # auto | on | off
     backend: str = "auto"  # auto | torch | flashinfer
-    verification: str = "token"  # token | block: how a chain's drafts are tested (block keeps at least as many)
+    verification: str = "auto"  # auto | token | block: how a chain's drafts are tested (auto: block on torch)
 
 
 # --------------------------------------------------------------------------- parallelism

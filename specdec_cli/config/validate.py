@@ -16,6 +16,7 @@ from specdec_cli.config.combinations import (
     resolve_backend,
     resolve_cuda_graphs,
     resolve_rejection,
+    resolve_verification,
     suffix_enhancer_on,
     tree_nodes_for,
     tree_topk_for,
@@ -73,6 +74,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     all_greedy = all(s.temperature == 0 for s in samplers) and fixed_sampling
     all_sampled = all(s.temperature > 0 for s in samplers) and fixed_sampling
     tree_topk = tree_topk_for(cfg, cuda_graphs)
+    verification = resolve_verification(cfg, rejection, backend, tree_topk, found)
     tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=False)
     sampled_tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=True)
     if cfg.method.tree_topk is None:
@@ -108,6 +110,7 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
         rejection=rejection,
         relaxed_acceptance=cfg.method.relaxed_acceptance,
         backend=backend,
+        verification=verification,
         device=device,
         cuda_graphs=cuda_graphs,
         suffix_enhancer=enhancer,

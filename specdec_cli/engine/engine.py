@@ -57,16 +57,15 @@ class SpecEngine:
                  decode: Optional[Callable[[list[int]], str]] = None) -> None:
         self.target, self.drafter, self.options, self.decode = target, drafter, options, decode
         self.vocab_size = target.arch.vocab_size
-        self.acceptance = AcceptanceOptions(rejection=options.rejection, backend=options.backend,
-                                            verification=options.verification, relaxed=options.relaxed, thinking=options.thinking)
+        self.acceptance = AcceptanceOptions(options.rejection, options.backend, options.verification,
+                                            options.relaxed, options.thinking)
         # engine.cuda_graphs: one more slot, the scratch row that graph warm-up and padding write
         self.cache = target.new_cache(options.max_batch_size + options.cuda_graphs, options.max_seq_len)
         self.graphed = GraphedVerify(target, self.cache, drafter) if options.cuda_graphs else None
         self.buffer = ProposalBuffer(
             options.max_batch_size, options.max_draft_len if drafter is not None else 0, self.vocab_size,
             store_probs=drafter is not None and drafter.has_proposal_distribution and options.rejection,
-            device=target.device,
-        )
+            device=target.device)
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []
         self.pending_hidden: dict[int, list[tuple[dict[int, torch.Tensor], Optional[torch.Tensor]]]] = {}

@@ -98,7 +98,7 @@ def engine_options(cfg: RunConfig, effective: EffectiveConfig) -> EngineOptions:
         max_batch_size=cfg.engine.max_batch_size, max_seq_len=cfg.engine.max_seq_len,
         prefill_chunk=cfg.engine.prefill_chunk, max_draft_len=cfg.method.num_draft_tokens,
         draft_len_schedule=effective.draft_len_schedule, rejection=effective.rejection,
-        backend=effective.backend, verification=cfg.rejection.verification,
+        backend=effective.backend, verification=effective.verification,
         relaxed=(cfg.method.relaxed_topk, cfg.method.relaxed_delta) if effective.relaxed_acceptance else None,
         thinking=thinking_ids(cfg.method),
         skip=skip_rule(cfg.method), cuda_graphs=effective.cuda_graphs,

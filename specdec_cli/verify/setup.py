@@ -93,7 +93,7 @@ def load_target(cfg: RunConfig, effective: EffectiveConfig,
         name = cfg.model.path or f"{cfg.model.name} (embedded)"
     setup = EngineSetup(
         target=target, device=torch.device(device), dtype=dtype, batch_size=options.batch_size or 1,
-        rejection=effective.rejection, backend=effective.backend, verification=cfg.rejection.verification,
+        rejection=effective.rejection, backend=effective.backend, verification=effective.verification,
         # an explicit schedule only: verify drafts at every batch size, so the CPU auto schedule does not apply
         draft_len_schedule=effective.draft_len_schedule if cfg.method.draft_len_schedule else None,
         model_dtype="float32" if options.toy else cfg.model.dtype,

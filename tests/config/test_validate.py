@@ -169,8 +169,18 @@ def test_block_verification_resolution() -> None:
     assert line.endswith("rejection.verification=block tests chains only")
     (line,) = violations("method=mtp", "rejection=off", "rejection.verification=block")
     assert line.startswith("rejection.verification=block is a rejection-sampling rule")
-    assert violations("rejection.verification=blocks") == ["rejection.verification=blocks is not one of: token, block"]
-    assert effective("method=eagle3").tree_topk == 2  # the default (token) keeps the auto tree
+    assert violations("rejection.verification=blocks") == ["rejection.verification=blocks is not one of: auto, token, block"]
+
+
+def test_verification_auto_is_block_for_chains_on_torch() -> None:
+    chain = effective("method=mtp", "sampler=temperature")
+    assert chain.verification == "block" and any(r.startswith("rejection.verification=auto -> block") for r in chain.reasons)
+    assert effective("method=mtp", "sampler=temperature", hw=GPU).verification == "token"  # flashinfer
+    tree = effective("method=eagle3", "sampler=temperature")
+    assert tree.tree_topk == 2 and tree.verification == "token"  # the auto tree stays: tree rejection sampling
+    assert effective("method=eagle3", "sampler=temperature", "engine.max_batch_size=2").verification == "block"
+    assert effective("method=mtp", "rejection.verification=token").verification == "token"
+    assert not any("verification" in r for r in effective("method=mtp", "rejection=off").reasons)
 
 def test_device_resolution() -> None:
     assert effective(hw=GPU).device == "cuda"
@@ -274,6 +284,7 @@ def test_effective_config_is_json_ready() -> None:
     assert set(record) == {
         "rejection", "relaxed_acceptance", "backend", "device", "draft_len_schedule", "all_greedy", "all_sampled", "reasons",
         "cuda_graphs", "suffix_enhancer", "head_dtype", "tree_topk", "tree_nodes", "sampled_tree_nodes",
+        "verification",
     }
     json.dumps(record)
 
