@@ -39,10 +39,12 @@ def markov_laws(case: str, generator: torch.Generator) -> tuple[torch.Tensor, to
     raise ValueError(case)
 
 
-def generate(verify, target: torch.Tensor, draft: torch.Tensor, generator: torch.Generator
+def generate(verify, target: torch.Tensor, draft: torch.Tensor, generator: torch.Generator, stop_below: float = 0.0
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Rounds of (draft K tokens, verify) on every row until each row has LENGTH tokens -> (the first LENGTH tokens
-    [ROWS, LENGTH], tokens emitted by the first round [ROWS])."""
+    [ROWS, LENGTH], tokens emitted by the first round [ROWS]). ``stop_below`` > 0: a row's chain ends with its first
+    draft whose draft probability is below it (the engine's confidence stop, ``ChainStop``), and rows are verified
+    in groups of equal chain length, as the engine groups them."""
     out = torch.full((ROWS, LENGTH + K + 1), -1, dtype=torch.int64)
     filled = torch.zeros(ROWS, dtype=torch.int64)
     last = torch.full((ROWS,), VOCAB, dtype=torch.int64)
@@ -52,9 +54,17 @@ def generate(verify, target: torch.Tensor, draft: torch.Tensor, generator: torch
         for _ in range(K):
             drafts.append(torch.multinomial(draft[states[-1]], 1, generator=generator)[:, 0])
             states.append(drafts[-1])
-        draft_tokens = torch.stack(drafts, 1)
-        tokens, emitted = verify(target[torch.stack(states, 1)], draft[torch.stack(states[:-1], 1)], draft_tokens,
-                                 generator)
+        draft_tokens, states = torch.stack(drafts, 1), torch.stack(states, 1)
+        own = draft[states[:, :-1], draft_tokens]
+        low = (own < stop_below).long()
+        lengths = torch.where(low.any(1), low.argmax(1) + 1, K)
+        tokens = torch.full((ROWS, K + 1), -1, dtype=torch.int64)
+        emitted = torch.zeros(ROWS, dtype=torch.int64)
+        for length in lengths.unique().tolist():
+            rows = (lengths == length).nonzero()[:, 0]
+            group = verify(target[states[rows, : length + 1]], draft[states[rows, :length]],
+                           draft_tokens[rows, :length], generator)
+            tokens[rows, : length + 1], emitted[rows] = group
         first_round = emitted if first_round is None else first_round
         columns = filled[:, None] + torch.arange(K + 1)
         keep = (torch.arange(K + 1) < emitted[:, None]) & (filled < LENGTH)[:, None]
@@ -75,11 +85,12 @@ def sequence_law(target: torch.Tensor) -> np.ndarray:
     return law
 
 
-@pytest.mark.parametrize("case", ["peaked", "one-hot-draft", "zeros"])
-def test_block_verification_generates_the_target_sequence_law(case):
+@pytest.mark.parametrize("case,stop_below", [("peaked", 0.0), ("one-hot-draft", 0.0), ("zeros", 0.0), ("peaked", 0.3)])
+def test_block_verification_generates_the_target_sequence_law(case, stop_below):
+    """Also with chains whose length depends on their own drafts (a confidence stop): still exact."""
     generator = torch.Generator().manual_seed(sum(map(ord, case)))
     target, draft = markov_laws(case, generator)
-    sequences, _ = generate(lambda *a: block_verify(*a[:3], a[3]), target, draft, generator)
+    sequences, _ = generate(lambda *a: block_verify(*a[:3], a[3]), target, draft, generator, stop_below)
     cells = (sequences * VOCAB ** torch.arange(LENGTH - 1, -1, -1)).sum(1)
     assert_law(cells, sequence_law(target))
 
