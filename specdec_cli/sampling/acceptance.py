@@ -99,9 +99,7 @@ def rejection_sample(
     k = target_probs.shape[1] - 1
     uniforms = _uniforms(target_probs, draft_probs, draft_tokens, generator, generators, uniforms)
     draft_tokens = draft_tokens.long()
-    ids = draft_tokens[..., None]
-    target_at_draft = target_probs[:, :k].gather(-1, ids)[..., 0].double()
-    draft_at_draft = draft_probs.gather(-1, ids)[..., 0].double()
+    target_at_draft, draft_at_draft = _at_drafts(target_probs, draft_probs, draft_tokens)
     num_accepted = _accepted_prefix(uniforms[:, :k] * draft_at_draft < target_at_draft)
     if k == 0:
         final = sample_target_or_residual(target_probs, num_accepted, uniforms[:, k])
@@ -142,9 +140,7 @@ def block_verify(
                                 uniforms=uniforms)
     uniforms = _uniforms(target_probs, draft_probs, draft_tokens, generator, generators, uniforms)
     draft_tokens = draft_tokens.long()
-    ids = draft_tokens[..., None]
-    target_at_draft = target_probs[:, :k].gather(-1, ids)[..., 0].double()
-    draft_at_draft = draft_probs.gather(-1, ids)[..., 0].double()
+    target_at_draft, draft_at_draft = _at_drafts(target_probs, draft_probs, draft_tokens)
     ratio = torch.where(draft_at_draft > 0, target_at_draft / draft_at_draft.clamp_min(1e-300), 0.0)
     weights = [torch.ones_like(ratio[:, 0])]
     for i in range(k):
@@ -156,11 +152,20 @@ def block_verify(
     keep = torch.cat([keep, weight[:, k:]], dim=1)  # [B, K]: h_1 .. h_K
     positions = torch.arange(1, k + 1, device=keep.device)
     num_accepted = torch.where(uniforms[:, :k] < keep, positions, 0).amax(dim=1)
-    scaled_target = target_probs * torch.cat([weight[:, :k], torch.ones_like(weight[:, k:])], 1)[..., None].to(
-        target_probs.dtype)
+    row_weight = weight.clone()
+    row_weight[:, k] = 1  # the bonus row is the target's own
+    scaled_target = target_probs * row_weight[..., None].to(target_probs.dtype)  # w_i * target_probs[i]
     final = sample_target_or_residual(scaled_target, num_accepted, uniforms[:, k], draft_probs=draft_probs,
                                       draft_row=num_accepted.clamp(max=k - 1), use_residual=num_accepted < k)
     return _emit(draft_tokens, num_accepted, final)
+
+
+def _at_drafts(target_probs: torch.Tensor, draft_probs: torch.Tensor, draft_tokens: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(target_probs[i, d_i], draft_probs[i, d_i]) [B, K] float64 for drafts d [B, K] int64."""
+    ids = draft_tokens[..., None]
+    k = draft_tokens.shape[1]
+    return target_probs[:, :k].gather(-1, ids)[..., 0].double(), draft_probs.gather(-1, ids)[..., 0].double()
 
 
 def _uniforms(
