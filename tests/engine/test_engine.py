@@ -36,7 +36,7 @@ def target():
 
 
 def make_engine(target, method: MethodConfig, *, batch: int = 4, rejection: bool = True,
-                schedule=None, draft_model=None, relaxed=None) -> SpecEngine:
+                schedule=None, draft_model=None, relaxed=None, verification: str = "token") -> SpecEngine:
     deps = DrafterDeps(target=target, num_slots=batch, max_seq_len=96, vocab_size=VOCAB,
                        device=torch.device("cpu"), dtype=torch.float32)
     if draft_model is not None:
@@ -45,7 +45,7 @@ def make_engine(target, method: MethodConfig, *, batch: int = 4, rejection: bool
         drafter = build_drafter(method, deps)
     options = EngineOptions(max_batch_size=batch, max_seq_len=96, prefill_chunk=5,
                             max_draft_len=method.num_draft_tokens, draft_len_schedule=schedule, rejection=rejection,
-                            relaxed=relaxed)
+                            relaxed=relaxed, verification=verification)
     return SpecEngine(target, drafter, options)
 
 
@@ -382,6 +382,20 @@ def test_sampled_output_follows_target_law_with_rejection(target, sampler: str) 
     engine = make_engine(target, DraftTargetMethodConfig(self_speculative_layers=1, num_draft_tokens=2), batch=64)
     samples = sample_sequences(engine, prompt, SAMPLERS[sampler], 3000, 3)
     assert engine.stats.accepted_drafts > 0 and engine.stats.accepted_drafts < engine.stats.proposed_drafts
+    assert_matches_law(samples, law)
+
+
+@pytest.mark.parametrize("sampler", ["temperature", "topk"])
+def test_block_verified_output_follows_target_law(target, sampler: str) -> None:
+    """``rejection.verification=block`` in the engine, batched: the exact law of 4 tokens (the prefill's, then a
+    chain of 2 drafts and its bonus). Setting h_i = w_i in ``block_verify`` fails this (p ~ 1e-6)."""
+    prompt = [3, 1, 4, 1, 5]
+    law = exact_sequence_law(target, prompt, 4, **SAMPLERS[sampler])
+    engine = make_engine(target, DraftTargetMethodConfig(self_speculative_layers=1, num_draft_tokens=3), batch=64,
+                         verification="block")
+    samples = sample_sequences(engine, prompt, SAMPLERS[sampler], 6000, 4)
+    assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts
+    assert engine.acceptance.usage["torch"] > 0
     assert_matches_law(samples, law)
 
 
