@@ -48,7 +48,7 @@ def print_errors(lines: list[str], prefix: str = "") -> None:
         err_console.print(text, soft_wrap=True, highlight=False)
 
 
-def acceptance_label(rejection: bool, relaxed: bool, verification: str = "token") -> str:
+def acceptance_label(rejection: bool, relaxed: bool, verification: str) -> str:
     """How drafts are accepted, in words."""
     if rejection:
         return "rejection sampling (lossless)" + (", block verification" if verification == "block" else "")

@@ -20,7 +20,6 @@ import torch
 
 from specdec_cli.sampling import (
     BatchParams,
-    block_verify,
     filtered_probs,
     greedy_accept,
     one_hot,
@@ -71,12 +70,10 @@ class Rule:
             return strict_accept(draft_tokens, sample_tokens(logits, params, target_probs))
         if draft_probs is None:
             draft_probs = one_hot(draft_tokens.to(logits.device), logits.shape[-1])
-        if self.options.verification == "block":
-            self.options.usage["torch"] += 1
-            return block_verify(target_probs, draft_probs, draft_tokens, generators=params.generators)
-        self.options.usage[kernel_backend(self.options.backend, draft_tokens.shape[1])] += 1
-        return rejection_sample_with(self.options.backend, target_probs, draft_probs, draft_tokens,
-                                     generators=params.generators)
+        backend, verification = self.options.backend, self.options.verification
+        self.options.usage[kernel_backend(backend, draft_tokens.shape[1], verification)] += 1
+        return rejection_sample_with(backend, target_probs, draft_probs, draft_tokens, generators=params.generators,
+                                     verification=verification)
 
 
     def _thinking_mask(self, draft_tokens: torch.Tensor, contexts: Optional[list[list[int]]]) -> Optional[torch.Tensor]:

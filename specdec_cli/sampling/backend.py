@@ -15,16 +15,17 @@ from typing import Optional, Sequence
 
 import torch
 
-from specdec_cli.sampling.acceptance import rejection_sample
+from specdec_cli.sampling.acceptance import block_verify, rejection_sample
 from specdec_cli.sampling.draws import Generators, draw_uniforms
 
 _SEED_RANGE = float(2**53)  # a float64 uniform carries 53 bits
 
 
-def kernel_backend(backend: str, num_drafts: int) -> str:
+def kernel_backend(backend: str, num_drafts: int, verification: str = "token") -> str:
     """The kernel a rejection call runs: ``flashinfer`` where configured, except K == 0 (no draft to test:
-    the bonus draw alone, which flashinfer's chain kernel does not take) -> ``torch``."""
-    return "flashinfer" if backend == "flashinfer" and num_drafts > 0 else "torch"
+    the bonus draw alone, which flashinfer's chain kernel does not take) and the block rule (its chain kernel tests
+    token by token) -> ``torch``."""
+    return "flashinfer" if backend == "flashinfer" and num_drafts > 0 and verification == "token" else "torch"
 
 
 def philox_seeds(generators: Generators, num_rows: int, device: torch.device) -> torch.Tensor:
@@ -40,11 +41,14 @@ def rejection_sample_with(
     generator: Optional[torch.Generator] = None,
     *,
     generators: Optional[Sequence[Optional[torch.Generator]]] = None,
+    verification: str = "token",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``rejection_sample`` on the chosen backend (same arguments and outputs); seeded and unseeded rows both
-    run on flashinfer when it is the backend (see the module doc for their seeds)."""
-    if kernel_backend(backend, draft_tokens.shape[1]) == "torch":
-        return rejection_sample(target_probs, draft_probs, draft_tokens, generator, generators=generators)
+    """``rejection_sample`` (``verification="token"``) or ``block_verify`` (``"block"``, torch only) on the chosen
+    backend (same arguments and outputs); seeded and unseeded rows both run on flashinfer when it is the backend
+    (see the module doc for their seeds)."""
+    if kernel_backend(backend, draft_tokens.shape[1], verification) == "torch":
+        rule = block_verify if verification == "block" else rejection_sample
+        return rule(target_probs, draft_probs, draft_tokens, generator, generators=generators)
     from flashinfer.sampling import chain_speculative_sampling
 
     batch, device = draft_tokens.shape[0], target_probs.device
