@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from specdec_cli.sampling.draws import draw_uniforms, sample_target_or_residual
+from specdec_cli.sampling.draws import draw_uniforms, residual_masses, sample_target_or_residual
 from specdec_cli.sampling.probs import SamplingError
 
 PLACEHOLDER_TOKEN_ID = -1
@@ -146,19 +146,17 @@ def block_verify(
     for i in range(k):
         weights.append(torch.minimum(weights[-1] * ratio[:, i], torch.ones_like(ratio[:, i])))
     weight = torch.stack(weights, dim=1)  # [B, K+1]
-    # float32 terms, float64 sum: the terms' rounding (1e-7 relative) is far below what any test can see
-    scaled = weight[:, 1:k, None].to(target_probs.dtype) * target_probs[:, 1:k]
-    mass = (scaled - draft_probs[:, 1:k].to(scaled.dtype)).clamp_(min=0).sum(-1, dtype=torch.float64)
+    rows = torch.arange(1, k, device=target_probs.device)
+    mass = residual_masses(target_probs, draft_probs, rows, weight[:, 1:k])  # m_1 .. m_{K-1}
     denominator = mass + 1 - weight[:, 1:k]
     keep = torch.where(denominator > 0, mass / denominator.clamp_min(1e-300), 0.0)  # h_1 .. h_{K-1}
     keep = torch.cat([keep, weight[:, k:]], dim=1)  # [B, K]: h_1 .. h_K
     positions = torch.arange(1, k + 1, device=keep.device)
     num_accepted = torch.where(uniforms[:, :k] < keep, positions, 0).amax(dim=1)
-    row_weight = weight.clone()
-    row_weight[:, k] = 1  # the bonus row is the target's own
-    scaled_target = target_probs * row_weight[..., None].to(target_probs.dtype)  # w_i * target_probs[i]
-    final = sample_target_or_residual(scaled_target, num_accepted, uniforms[:, k], draft_probs=draft_probs,
-                                      draft_row=num_accepted.clamp(max=k - 1), use_residual=num_accepted < k)
+    # then one token from normalize(max(w_i * target_probs[i] - draft_probs[i], 0)), or target row K
+    final = sample_target_or_residual(target_probs, num_accepted, uniforms[:, k], draft_probs=draft_probs,
+                                      draft_row=num_accepted.clamp(max=k - 1), use_residual=num_accepted < k,
+                                      target_scale=weight.gather(1, num_accepted[:, None])[:, 0])
     return _emit(draft_tokens, num_accepted, final)
 
 

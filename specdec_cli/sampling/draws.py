@@ -75,13 +75,15 @@ def sample_target_or_residual(
     draft_probs: Optional[torch.Tensor] = None,
     draft_row: Optional[torch.Tensor] = None,
     use_residual: Optional[torch.Tensor] = None,
+    target_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
     """One inverse-CDF draw per batch entry -> tokens [B] int64.
 
     target_probs [B, R, V], target_row [B] and uniforms [B] float64: entry b draws from
     ``target_probs[b, target_row[b]]``. With draft_probs [B, R', V], draft_row [B] and use_residual [B] bool,
-    entries with use_residual draw from the recovery residual ``max(target - draft, 0)`` of those rows
-    instead, or from the target row when the residual is numerically empty (all zero).
+    entries with use_residual draw from the recovery residual ``max(s_b * target - draft, 0)`` of those rows
+    instead (s_b = target_scale[b] float64, default 1: block verification's weight), or from the target row
+    when the residual is numerically empty (all zero).
     Contiguous and ``expand``ed inputs are read in place (other layouts are copied once); no host sync.
     """
     target = _Rows.of(target_probs, target_row)
@@ -90,15 +92,36 @@ def sample_target_or_residual(
     if kernel is not None and kernel.usable(target_probs, draft_probs):
         if draft is None:
             return kernel.draw_rows(target.flat, target.index, uniforms)
-        return kernel.draw_rows(target.flat, target.index, uniforms, draft.flat, draft.index, use_residual)
+        return kernel.draw_rows(target.flat, target.index, uniforms, draft.flat, draft.index, use_residual,
+                                target_scale)
     # Elsewhere (accelerators, or no numba): the whole batch at once, float64 weights, no host sync.
     weights = target.rows().double()
     if draft is not None:
-        residual = (weights - draft.rows().double()).clamp_(min=0)
+        scaled = weights if target_scale is None else weights * target_scale.to(weights)[:, None]
+        residual = (scaled - draft.rows().double()).clamp_(min=0)
         residual_on = use_residual & (residual.sum(dim=-1) > 0)
         weights = torch.where(residual_on[:, None], residual, weights)
     cdf = weights.cumsum(dim=-1)
     return _first_above(cdf, uniforms * cdf[:, -1])
+
+
+def residual_masses(target_probs: torch.Tensor, draft_probs: torch.Tensor, rows: torch.Tensor,
+                    target_scale: torch.Tensor) -> torch.Tensor:
+    """target_probs [B, R, V], draft_probs [B, R', V], rows [M] int64, target_scale [B, M] -> [B, M] float64:
+    ``sum_v max(target_scale[b, m] * target_probs[b, rows[m], v] - draft_probs[b, rows[m], v], 0)`` in float64
+    (block verification's masses). On CPU one compiled pass per row pair, read in place; elsewhere in torch."""
+    batch, num = target_scale.shape
+    kernel = _cpu_kernel()
+    if kernel is not None and kernel.usable(target_probs, draft_probs) and batch * num:
+        entries = torch.arange(batch)[:, None]
+        target = _Rows.of(target_probs, torch.zeros(batch, dtype=torch.int64))
+        draft = _Rows.of(draft_probs, torch.zeros(batch, dtype=torch.int64))
+        masses = kernel.residual_masses(target.flat, (entries * target_probs.shape[1] + rows).flatten(),
+                                        draft.flat, (entries * draft_probs.shape[1] + rows).flatten(),
+                                        target_scale.flatten())
+        return masses.view(batch, num)
+    scaled = target_scale.to(target_probs.device, torch.float64)[..., None] * target_probs[:, rows].double()
+    return (scaled - draft_probs[:, rows].double()).clamp_(min=0).sum(dim=-1)
 
 
 class _Rows(NamedTuple):

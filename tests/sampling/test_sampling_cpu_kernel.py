@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec_cli.sampling import draws, rejection_sample, rejection_sample_reference
+from specdec_cli.sampling import block_verify, draws, rejection_sample, rejection_sample_reference
 from specdec_cli.sampling import cpu_kernel
 
 
@@ -46,6 +46,30 @@ def test_kernel_equals_torch_path_and_reference(vocab, dtype, torch_path):
     reference = rejection_sample_reference(target, draft, draft_tokens, uniforms)
     for expected in (batched, reference):
         assert torch.equal(fused[0], expected[0]) and torch.equal(fused[1], expected[1])
+
+
+@pytest.mark.parametrize("vocab", [7, 1000, 49_152])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_block_verification_on_the_kernel_equals_the_torch_path(vocab, dtype, torch_path):
+    """The fused masses and the scaled-residual draw give block_verify the torch path's tokens, row for row."""
+    batch = 40 if vocab == 49_152 else 24
+    target, draft, draft_tokens, uniforms = spiky_inputs(batch, 4, vocab, seed=vocab + 1, dtype=dtype)
+    draft_tokens[::2, 0] = target[::2, 0].argmax(-1)  # likely first drafts: rows that keep a prefix
+    fused = block_verify(target, draft, draft_tokens, uniforms=uniforms)
+    batched = torch_path(block_verify, target, draft, draft_tokens, uniforms=uniforms)
+    assert torch.equal(fused[0], batched[0]) and torch.equal(fused[1], batched[1])
+    assert len(set(fused[1].tolist())) > 1  # rows really differ in how much they keep
+
+
+def test_residual_masses_match_the_torch_sums(torch_path):
+    target, draft, _, _ = spiky_inputs(64, 3, 49_152, seed=11)  # past the parallel threshold
+    rows = torch.tensor([0, 2])
+    scale = torch.rand(64, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    fused = draws.residual_masses(target, draft, rows, scale)
+    batched = torch_path(draws.residual_masses, target, draft, rows, scale)
+    assert fused.dtype == torch.float64 and torch.allclose(fused, batched, rtol=1e-12, atol=1e-15)
+    alone = draws.residual_masses(target[5:6], draft[5:6], rows, scale[5:6])  # serial kernel, one entry
+    assert torch.equal(alone[0], fused[5])
 
 
 def test_serial_and_parallel_kernels_agree_row_for_row():
