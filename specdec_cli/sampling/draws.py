@@ -113,11 +113,8 @@ def residual_masses(target_probs: torch.Tensor, draft_probs: torch.Tensor, rows:
     batch, num = target_scale.shape
     kernel = _cpu_kernel()
     if kernel is not None and kernel.usable(target_probs, draft_probs) and batch * num:
-        entries = torch.arange(batch)[:, None]
-        target = _Rows.of(target_probs, torch.zeros(batch, dtype=torch.int64))
-        draft = _Rows.of(draft_probs, torch.zeros(batch, dtype=torch.int64))
-        masses = kernel.residual_masses(target.flat, (entries * target_probs.shape[1] + rows).flatten(),
-                                        draft.flat, (entries * draft_probs.shape[1] + rows).flatten(),
+        target, draft = _Rows.of(target_probs, rows.expand(batch, -1)), _Rows.of(draft_probs, rows.expand(batch, -1))
+        masses = kernel.residual_masses(target.flat, target.index.flatten(), draft.flat, draft.index.flatten(),
                                         target_scale.flatten())
         return masses.view(batch, num)
     scaled = target_scale.to(target_probs.device, torch.float64)[..., None] * target_probs[:, rows].double()
@@ -125,7 +122,8 @@ def residual_masses(target_probs: torch.Tensor, draft_probs: torch.Tensor, rows:
 
 
 class _Rows(NamedTuple):
-    """Row b of a [B, R, V] tensor at position row[b], read without materialising the rows."""
+    """Row b of a [B, R, V] tensor at position row[b] (row [B], or [B, M] for M rows per entry), read without
+    materialising the rows."""
 
     flat: torch.Tensor  # [B * R, V], a view for contiguous and expanded layouts
     index: torch.Tensor  # [B] row of batch entry b in `flat`
@@ -133,7 +131,8 @@ class _Rows(NamedTuple):
     @classmethod
     def of(cls, probs: torch.Tensor, row: torch.Tensor) -> "_Rows":
         batch, positions, vocab = probs.shape
-        return cls(probs.reshape(batch * positions, vocab), torch.arange(batch, device=probs.device) * positions + row)
+        entries = torch.arange(batch, device=probs.device).view(-1, *([1] * (row.dim() - 1)))
+        return cls(probs.reshape(batch * positions, vocab), entries * positions + row)
 
     def rows(self) -> torch.Tensor:
         """Every entry's row -> a fresh contiguous [B, V] tensor."""
