@@ -126,7 +126,7 @@ class _Rows(NamedTuple):
     materialising the rows."""
 
     flat: torch.Tensor  # [B * R, V], a view for contiguous and expanded layouts
-    index: torch.Tensor  # [B] row of batch entry b in `flat`
+    index: torch.Tensor  # [B] (or [B, M]) row(s) of batch entry b in `flat`
 
     @classmethod
     def of(cls, probs: torch.Tensor, row: torch.Tensor) -> "_Rows":
