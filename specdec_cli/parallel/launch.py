@@ -31,6 +31,7 @@ from specdec_cli.errors import ConfigError, SpecdecError
 POLL_S = 0.05
 SETTLE_S = 0.5
 GRACE_S = 3.0
+DEBUG_ENV = "SPECDEC_DEBUG"  # the variable --debug sets (cli/output.py); the ranks inherit it
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,22 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(rank: int, world_size: int, port: int, payload: bytes) -> subprocess.Popen[bytes]:
+def rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    """A spawned rank's environment: ours, torchrun's variables and, unless ``SPECDEC_DEBUG=1`` or the user set
+    it, ``TORCH_CPP_LOG_LEVEL=FATAL``: a rank whose peer died logs gloo's C++ errors (``connectFullMesh
+    failed``, ``Connection closed by peer``) straight to stderr, above the launcher's one line."""
     env = {
         **os.environ,
         "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
         "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
     }
+    if os.environ.get(DEBUG_ENV) != "1":
+        env.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    return env
+
+
+def _start(rank: int, world_size: int, port: int, payload: bytes) -> subprocess.Popen[bytes]:
+    env = rank_env(rank, world_size, port)
     proc = subprocess.Popen([sys.executable, "-m", "specdec_cli.parallel.worker"], stdin=subprocess.PIPE, env=env)
     assert proc.stdin is not None
     try:

@@ -17,7 +17,7 @@ import traceback
 
 from specdec_cli.errors import ConfigError, SpecdecError
 from specdec_cli.parallel.context import distributed
-from specdec_cli.parallel.launch import WorkerJob, report_path
+from specdec_cli.parallel.launch import DEBUG_ENV, WorkerJob, report_path
 
 
 def _report(err: BaseException) -> tuple[list[str], int]:
@@ -29,8 +29,6 @@ def _report(err: BaseException) -> tuple[list[str], int]:
         return [text], err.exit_code
     return [f"{type(err).__name__}: {text}"], 1
 
-
-DEBUG_ENV = "SPECDEC_DEBUG"  # the variable --debug sets (cli/output.py); the ranks inherit it
 
 #: each rank's context (its store, and so the TCPStore server on rank 0) outlives ``main``: the
 #: process leaves with ``os._exit`` before any of their C++ destructors can run (see below)

@@ -10,7 +10,7 @@ import pytest
 from specdec_cli.errors import ConfigError
 from specdec_cli.parallel.comm import Comm
 from specdec_cli.parallel.gather import GatherPolicy
-from specdec_cli.parallel.launch import RankFailed, _failure, report_path, spawn_ranks
+from specdec_cli.parallel.launch import RankFailed, _failure, rank_env, report_path, spawn_ranks
 from specdec_cli.parallel.shard import shard_transformer
 from specdec_cli.testing import toy_model
 
@@ -72,3 +72,17 @@ def test_the_root_cause_is_blamed_and_config_errors_keep_exit_code_2(tmp_path: P
     error = _failure([0, 1], [1, 2], tmp_path)
     assert isinstance(error, ConfigError) and error.violations == ["model too small", "prompt too long"]
     assert str(_failure([0, 1], [1, -9], tmp_path)) == "rank 1 was killed by SIGKILL; the run was stopped"
+
+
+def test_ranks_keep_their_cpp_logs_to_themselves_unless_debugging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gloo's C++ errors of a rank whose peer died (``connectFullMesh failed``) go straight to stderr: a rank
+    runs with TORCH_CPP_LOG_LEVEL=FATAL, except under --debug or where the user chose a level."""
+    monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
+    monkeypatch.setenv("SPECDEC_DEBUG", "0")
+    env = rank_env(1, 2, 29500)
+    assert env["TORCH_CPP_LOG_LEVEL"] == "FATAL" and env["RANK"] == "1" and env["MASTER_PORT"] == "29500"
+    monkeypatch.setenv("SPECDEC_DEBUG", "1")
+    assert "TORCH_CPP_LOG_LEVEL" not in rank_env(1, 2, 29500)
+    monkeypatch.setenv("SPECDEC_DEBUG", "0")
+    monkeypatch.setenv("TORCH_CPP_LOG_LEVEL", "INFO")
+    assert rank_env(1, 2, 29500)["TORCH_CPP_LOG_LEVEL"] == "INFO"
