@@ -48,11 +48,11 @@ def print_errors(lines: list[str], prefix: str = "") -> None:
         err_console.print(text, soft_wrap=True, highlight=False)
 
 
-def acceptance_label(rejection: bool, relaxed: bool, verification: str) -> str:
+def acceptance_label(effective: EffectiveConfig) -> str:
     """How drafts are accepted, in words."""
-    if rejection:
-        return "rejection sampling (lossless)" + (", block verification" if verification == "block" else "")
-    return "relaxed (lossy)" if relaxed else "strict"
+    if effective.rejection:
+        return "rejection sampling (lossless)" + effective.verification_label()
+    return "relaxed (lossy)" if effective.relaxed_acceptance else "strict"
 
 
 def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
@@ -63,8 +63,7 @@ def print_effective(cfg: RunConfig, effective: EffectiveConfig) -> None:
         "draft length by batch size": str(effective.draft_len_schedule),
         "sampler": f"{sampler.name} (T={sampler.temperature}, top_k={sampler.top_k}, "
         f"top_p={sampler.top_p})",
-        "acceptance": acceptance_label(effective.rejection, effective.relaxed_acceptance,
-                                       effective.verification),
+        "acceptance": acceptance_label(effective),
         "rejection backend": effective.backend,
         "all requests greedy": "yes" if effective.all_greedy else "no",
         "device": f"{effective.device} ({cfg.model.dtype})",
@@ -96,8 +95,7 @@ def print_run_summary(result: RunResult, output_dir: str) -> None:
         "method": f"{method.name} (K={method.num_draft_tokens}"
         + (f"; tree: topk {topk}, {tree_nodes_label(effective)} nodes)" if topk > 1 else ")"),
         "sampler": result.config.sampler.name,
-        "acceptance": acceptance_label(effective.rejection, effective.relaxed_acceptance,
-                                       effective.verification),
+        "acceptance": acceptance_label(effective),
         "requests / tokens": f"{metrics['num_requests']} / {metrics['generated_tokens']}",
         "acceptance length": f"{metrics['acceptance_length']:.2f} tokens per verify step",
         "acceptance rate": f"{metrics['acceptance_rate']:.1%} of drafts",

@@ -228,21 +228,21 @@ def resolve_backend(
 
 
 def resolve_verification(cfg: RunConfig, rejection: bool, backend: str, tree_topk: int, found: Findings) -> str:
-    """How a chain's drafts are tested: ``block`` (block verification, exact, keeps at least as many drafts) or
-    ``token``; auto: block on the torch kernels, token on flashinfer (its chain kernel tests token by token) and
-    where a draft tree runs (``tree_topk`` > 1: tree rejection sampling, no chain to test). An invalid value was
-    reported by ``resolve_rejection``; an explicit block with a tree or flashinfer by ``check_tree`` /
-    ``resolve_backend``."""
+    """How drafts are tested: ``block`` (a chain: block verification; a tree, ``tree_topk`` > 1: traversal
+    verification; both exact and keeping at least as many drafts in expectation) or ``token`` (token by token /
+    node by node); auto: block, except a chain on flashinfer (its chain kernel tests token by token; trees are
+    walked on the host whatever the backend). An invalid value was reported by ``resolve_rejection``; an explicit
+    block on flashinfer by ``resolve_backend``."""
     requested = cfg.rejection.verification
     if requested != "auto":
         return requested if requested in VERIFICATIONS else "token"
-    if tree_topk > 1:
-        return "token"
-    resolved = "token" if backend == "flashinfer" else "block"
+    resolved = "token" if backend == "flashinfer" and tree_topk <= 1 else "block"
     if rejection:
         found.reasons.append(f"rejection.verification=auto -> {resolved}: " + (
             "flashinfer's chain kernel tests token by token" if resolved == "token" else
-            "a draft chain is verified as a whole (exact; keeps at least as many drafts as token by token)"))
+            "a draft tree is verified path by path (traversal verification" if tree_topk > 1 else
+            "a draft chain is verified as a whole (block verification") + (
+            "" if resolved == "token" else ": exact; keeps at least as many drafts as token by token)"))
     return resolved
 
 

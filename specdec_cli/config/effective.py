@@ -28,7 +28,13 @@ class EffectiveConfig:
     tree_topk: int = 1  # method.tree_topk resolved (auto, EAGLE-3: a tree at batch 1 on one process)
     tree_nodes: int = 0  # nodes per tree verify of a greedy request (method.max_total_draft_tokens resolved); 0: chain
     sampled_tree_nodes: int = 0  # the same for a sampled request (auto tree: K + 1)
-    verification: str = "token"  # rejection.verification resolved: how a chain's drafts are tested (token | block)
+    verification: str = "token"  # rejection.verification resolved: token | block (a tree: traversal verification)
+
+    def verification_label(self) -> str:
+        """", block verification" / ", traversal verification" (a tree) where drafts are judged path by path."""
+        if not self.rejection or self.verification != "block":
+            return ""
+        return ", traversal verification" if self.tree_topk > 1 else ", block verification"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (``json.dumps`` turns the schedule's int keys into strings)."""

@@ -140,8 +140,6 @@ def check_tree(cfg: RunConfig) -> list[str]:
         out.append(f"{why} always verifies with tree rejection sampling (lossless): rejection=off is not supported")
     if cfg.method.adaptive_min_accept:
         out.append(f"{why} cannot be combined with method.adaptive_min_accept (the tree engine does not apply it)")
-    if cfg.rejection.verification == "block":
-        out.append(f"{why} verifies with tree rejection sampling: rejection.verification=block tests chains only")
     return out
 
 

@@ -78,14 +78,13 @@ def resolve(cfg: RunConfig, hardware: Hardware | None = None) -> EffectiveConfig
     tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=False)
     sampled_tree_nodes = tree_nodes_for(cfg.method, tree_topk, sampled=True)
     if cfg.method.tree_topk is None:
-        chain_only = "; rejection.verification=block tests chains only" if cfg.rejection.verification == "block" else ""
         found.reasons.append(
             f"method.tree_topk=auto -> {tree_topk}: " + (
                 f"batch 1: a dynamic draft tree of {tree_nodes} nodes for a greedy request, {sampled_tree_nodes} "
                 "for a sampled one (method.max_total_draft_tokens; auto: tree_topk * num_draft_tokens greedy, "
                 "num_draft_tokens + 1 sampled) accepts more than the chain" if tree_topk > 1 else
                 "the chain (a tree runs only at engine.max_batch_size=1, on one process, without "
-                f"method.adaptive_min_accept or CUDA graphs{chain_only})"))
+                f"method.adaptive_min_accept or CUDA graphs)"))
     schedule = draft_len_schedule_for(cfg, device)
     if schedule and not cfg.method.draft_len_schedule:
         found.reasons.append(

@@ -37,7 +37,7 @@ class EngineOptions:
     draft_len_schedule: Optional[dict[int, int]] = None  # max batch size -> K (None: always K)
     rejection: bool = True  # rejection sampling where the drafter has a q
     backend: str = "torch"  # rejection kernel: torch | flashinfer
-    verification: str = "token"  # chain rejection rule: token | block
+    verification: str = "token"  # rejection rule: token | block (a chain's block, a tree's traversal verification)
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
     thinking: Optional[tuple[int, int]] = None  # (begin, end) token ids: relaxed only in between (None: everywhere)
     skip: Optional[SkipRule] = None  # adaptive skipping of requests whose drafts do not pay (None: off)

@@ -40,7 +40,7 @@ class AcceptanceOptions:
 
     rejection: bool = True  # rejection sampling where the drafter stored drafts (and maybe a q)
     backend: str = "torch"  # rejection kernel: torch | flashinfer
-    verification: str = "token"  # chain rejection: token by token, or block (torch; at least as many kept)
+    verification: str = "token"  # token by token, or block: a chain's block / a tree's traversal verification
     relaxed: Optional[tuple[int, float]] = None  # (top-k, delta): MTP relaxed acceptance, lossy
     thinking: Optional[tuple[int, int]] = None  # (begin, end) thinking token ids gating relaxed (None: everywhere)
     # rejection groups per kernel that actually ran them, counted where the kernel is called (metrics.backend_usage)

@@ -4,9 +4,10 @@ Same phases as ``SpecEngine.step`` (schedule -> target forward -> accept -> fini
 - the verify feeds [last token, node_1..node_N] with ``tree_parents`` (RoPE position = base + depth, each
   node attending to the cached prefix, its ancestors and itself) in ONE target forward;
 - acceptance walks the tree: greedy, the longest path matching the target's argmax
-  (``sampling.tree_greedy_accept``); T > 0, multi-candidate recursive rejection over siblings
-  (``sampling.tree_accept``) with each node's q: the drafter draws a sampled row's children without
-  replacement and sends the q each was drawn from (one-hot where it chose deterministic top-k children);
+  (``sampling.tree_greedy_accept``); T > 0, traversal verification (``rejection.verification=block``, the
+  default) or node-by-node recursive rejection over siblings (``token``; both ``sampling.tree_accept``) with
+  each node's q: the drafter draws a sampled row's children without replacement and sends the q each was
+  drawn from (one-hot where it chose deterministic top-k children);
 - the accepted path's K/V rows move to consecutive cache positions and the rest is dropped
   (``KVCache.keep_rows``); its target features go to the drafter as the chain's do.
 """
@@ -92,7 +93,8 @@ class TreeSpecEngine(SpecEngine):
             tree.draft_probs[None].to(logits.device), self.drafter.d2t, target_probs.shape[-1])
         tokens, emitted, path = tree_accept(
             target_probs, torch.tensor([tree.tokens], dtype=torch.int64, device=logits.device),
-            torch.tensor(tree.parents, dtype=torch.int64), draft_probs, params.generators)
+            torch.tensor(tree.parents, dtype=torch.int64), draft_probs, params.generators,
+            verification=self.acceptance.verification)
         num = int(emitted[0])
         return tokens[0, :num].tolist(), path[0, : num - 1].tolist()
 

@@ -1,4 +1,4 @@
-"""The compiled CPU walk of ``sampling.tree.tree_accept``: a whole draft tree verified in one pass per row.
+"""The compiled CPU walks of ``sampling.tree.tree_accept``: a whole draft tree verified in one pass per row.
 
 The torch walk runs ~15 small ops per sibling tried over [B, V] float64 rows (gather, one-hot, clamp, sum,
 divide, where) and a cumsum + two searchsorteds per final draw: 0.8-2.5 ms for a 4-node chain over a 49k
@@ -10,7 +10,9 @@ vocabulary (0.2 ms here; benchmarks/results_steps.md). Each batch row keeps its 
   cumulative weight exceeds u * total, the last positive one if rounding says none), as ``tree._inverse_cdf``.
 Same algorithm, same uniforms, same float64 comparisons; only the residual's mass is summed in another order
 than torch's, so a token can differ from the torch walk's only where a uniform lands within an ulp of a
-boundary. This module imports numba at the top: ``tree`` imports it lazily and keeps its torch walk where
+boundary. ``traversal_walk`` (``verification="block"``) runs the module doc's traversal walk of ``sampling.tree``
+the same way: a weight and a float64 work row per tree level, the post-order events precomputed. This module
+imports numba at the top: ``tree`` imports it lazily and keeps its torch walk where
 that fails.
 """
 from __future__ import annotations
@@ -49,6 +51,26 @@ def tree_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parents: to
     emitted = np.empty(batch, dtype=np.int64)
     _walk_rows(_array(target_probs), _array(node_tokens), _array(draft), one_hot, _array(starts),
                _array(order), _array(uniforms.to(torch.float64)), tokens, path, emitted)
+    return torch.from_numpy(tokens), torch.from_numpy(emitted), torch.from_numpy(path[:, :depth])
+
+
+def traversal_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parents: torch.Tensor,
+                   node_draft_probs: Optional[torch.Tensor], uniforms: torch.Tensor,
+                   depth: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``tree_accept(verification="block")``'s outputs for checked inputs (the arguments of ``tree_walk``)."""
+    from specdec_cli.sampling.tree import depth_first_events, tree_depths
+
+    batch, num_nodes = node_tokens.shape
+    parent_list = parents.tolist()
+    events = np.array(depth_first_events(parent_list), dtype=np.int64)
+    levels = tree_depths(parents).numpy() if num_nodes else np.zeros(0, dtype=np.int64)
+    one_hot = node_draft_probs is None
+    draft = target_probs[:, :1, :1] if one_hot else node_draft_probs  # never read when one-hot
+    tokens = np.full((batch, depth + 1), -1, dtype=np.int64)
+    path = np.full((batch, max(depth, 1)), -1, dtype=np.int64)
+    emitted = np.empty(batch, dtype=np.int64)
+    _traverse_rows(_array(target_probs), _array(node_tokens), _array(draft), one_hot, events, levels,
+                   np.array(parent_list, dtype=np.int64), _array(uniforms.to(torch.float64)), tokens, path, emitted)
     return torch.from_numpy(tokens), torch.from_numpy(emitted), torch.from_numpy(path[:, :depth])
 
 
@@ -112,3 +134,49 @@ def _walk_rows(target, node_tokens, draft, one_hot, starts, children, uniforms, 
             tokens[b, level] = node_tokens[b, accepted]
             path[b, level] = accepted
             row, level = accepted + 1, level + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _traverse_rows(target, node_tokens, draft, one_hot, events, levels, parents, uniforms, tokens, path, emitted):
+    """Every batch row in order: events >= 0 enter node e, < 0 leave node -1 - e (``tree.depth_first_events``)."""
+    vocab, num_nodes, max_level = target.shape[2], node_tokens.shape[1], tokens.shape[1]
+    rows, weight, leftover = np.empty((max_level, vocab)), np.empty(max_level), np.empty(vocab)
+    for b in range(node_tokens.shape[0]):
+        for j in range(vocab):
+            rows[0, j] = np.float64(target[b, 0, j])
+        weight[0] = 1.0
+        stop, level = -1, 0
+        for e in range(events.shape[0]):
+            node = events[e] if events[e] >= 0 else -1 - events[e]
+            level, token = levels[node], node_tokens[b, node]
+            q_at = 1.0 if one_hot else np.float64(draft[b, node, token])
+            if events[e] >= 0:  # enter
+                ratio = rows[level - 1, token] / q_at if q_at > 0.0 else 0.0
+                weight[level] = min(weight[level - 1] * ratio, 1.0)
+                for j in range(vocab):
+                    rows[level, j] = np.float64(target[b, node + 1, j])
+                continue
+            if uniforms[b, node] < weight[level]:
+                stop = node
+                break
+            # the parent takes the failure
+            w = weight[level - 1]
+            mass = 0.0
+            for j in range(vocab):
+                q = (1.0 if j == token else 0.0) if one_hot else np.float64(draft[b, node, j])
+                value = max(w * rows[level - 1, j] - q, 0.0)
+                leftover[j] = value
+                mass += value
+            if mass > 0.0:
+                for j in range(vocab):
+                    rows[level - 1, j] = leftover[j] / mass
+            if 1.0 - w + mass > 0.0:
+                weight[level - 1] = mass / (1.0 - w + mass)
+        level = 0 if stop < 0 else levels[stop]
+        node = stop
+        for at in range(level - 1, -1, -1):
+            path[b, at] = node
+            tokens[b, at] = node_tokens[b, node]
+            node = parents[node]
+        tokens[b, level] = _inverse_cdf(rows[level], uniforms[b, num_nodes])
+        emitted[b] = level + 1

@@ -156,28 +156,34 @@ def test_backend_resolution() -> None:
 
 
 def test_block_verification_resolution() -> None:
-    """rejection.verification=block: the chain rule on torch; trees and flashinfer are refused when explicit and
-    yield when auto (reason recorded); a bad value or rejection=off is an error."""
+    """rejection.verification=block: block verification of chains on torch, traversal verification of trees;
+    flashinfer is refused when explicit and yields when auto (reason recorded); a bad value or rejection=off is an
+    error."""
     block = effective("method=eagle3", "sampler=temperature", "rejection.verification=block")
-    assert block.rejection and block.tree_topk == 1 and block.tree_nodes == block.sampled_tree_nodes == 0
-    assert any("rejection.verification=block" in reason for reason in block.reasons if "tree_topk=auto" in reason)
+    assert block.rejection and block.verification == "block" and block.tree_topk == 2
+    assert block.verification_label() == ", traversal verification"
+    chain = effective("method=eagle3", "sampler=temperature", "rejection.verification=block", "method.tree_topk=1")
+    assert chain.tree_topk == 1 and chain.verification_label() == ", block verification"
+    assert effective("method=eagle3", "rejection.verification=block", "method.tree_topk=4").tree_topk == 4
     on_gpu = effective("method=eagle3", "sampler=temperature", "rejection.verification=block", hw=GPU)
     assert on_gpu.backend == "torch" and "rejection.backend=auto -> torch (rejection.verification=block)" in on_gpu.reasons
     (line,) = violations("method=eagle3", "rejection.verification=block", "rejection.backend=flashinfer", hw=GPU)
     assert "flashinfer's chain kernel verifies token by token" in line
-    (line,) = violations("method=eagle3", "rejection.verification=block", "method.tree_topk=4")
-    assert line.endswith("rejection.verification=block tests chains only")
     (line,) = violations("method=mtp", "rejection=off", "rejection.verification=block")
     assert line.startswith("rejection.verification=block is a rejection-sampling rule")
     assert violations("rejection.verification=blocks") == ["rejection.verification=blocks is not one of: auto, token, block"]
 
 
-def test_verification_auto_is_block_for_chains_on_torch() -> None:
+def test_verification_auto_is_block_for_chains_on_torch_and_for_trees() -> None:
     chain = effective("method=mtp", "sampler=temperature")
     assert chain.verification == "block" and any(r.startswith("rejection.verification=auto -> block") for r in chain.reasons)
     assert effective("method=mtp", "sampler=temperature", hw=GPU).verification == "token"  # flashinfer
     tree = effective("method=eagle3", "sampler=temperature")
-    assert tree.tree_topk == 2 and tree.verification == "token"  # the auto tree stays: tree rejection sampling
+    assert tree.tree_topk == 2 and tree.verification == "block"  # the auto tree: traversal verification
+    assert any(r.startswith("rejection.verification=auto -> block: a draft tree is verified path by path")
+               for r in tree.reasons)
+    tree_on_gpu = effective("method=eagle3", "sampler=temperature", "engine.cuda_graphs=off", hw=GPU)
+    assert tree_on_gpu.tree_topk == 2 and tree_on_gpu.verification == "block"  # trees are walked on the host
     assert effective("method=eagle3", "sampler=temperature", "engine.max_batch_size=2").verification == "block"
     assert effective("method=mtp", "rejection.verification=token").verification == "token"
     assert not any("verification" in r for r in effective("method=mtp", "rejection=off").reasons)

@@ -67,7 +67,8 @@ DRAFT_IDS = torch.tensor([0, 1, 2, 3, 5, 6, 8, 9, 10, 12, 13, 15])  # a reduced 
 
 
 def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confidence: float = 0.0,
-                 enhancer_min_match: int = 0, sampled_nodes: int | None = None, head_layers: int = 1):
+                 enhancer_min_match: int = 0, sampled_nodes: int | None = None, head_layers: int = 1,
+                 verification: str = "block"):
     from specdec_cli.drafters.eagle3_tree import TreeFeatureDrafter
     from specdec_cli.engine.engine import EngineOptions
     from specdec_cli.engine.tree import TreeSpecEngine
@@ -81,7 +82,8 @@ def _tree_engine(target, *, topk: int = 3, depth: int = 3, nodes: int = 8, confi
         from specdec_cli.drafters.enhancer import SuffixEnhancer
 
         drafter = SuffixEnhancer(drafter, min_match=enhancer_min_match, vocab_size=VOCAB)
-    options = EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5, max_draft_len=depth)
+    options = EngineOptions(max_batch_size=1, max_seq_len=96, prefill_chunk=5, max_draft_len=depth,
+                            verification=verification)
     return TreeSpecEngine(target, drafter, options, max_nodes=nodes, sampled_max_nodes=sampled_nodes)
 
 
@@ -208,10 +210,13 @@ def test_sampled_tree_is_reproducible_per_seed_and_respects_top_k():
     assert int((filtered.draft_probs > 0).sum(dim=-1).max()) <= 2
 
 
-@pytest.mark.parametrize("topk, depth, nodes, top_k, confidence, enhancer",
-                         [(4, 2, 8, 0, 0.0, 0), (3, 3, 5, 6, 0.0, 0), (3, 3, 8, 0, 0.5, 0), (3, 3, 8, 0, 0.3, 1)],
-                         ids=["wide", "budget_top_k", "confidence_stop", "suffix_enhancer"])
-def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confidence, enhancer):
+@pytest.mark.parametrize("topk, depth, nodes, top_k, confidence, enhancer, verification",
+                         [(4, 2, 8, 0, 0.0, 0, "block"), (3, 3, 5, 6, 0.0, 0, "block"), (3, 3, 8, 0, 0.5, 0, "block"),
+                          (3, 3, 8, 0, 0.3, 1, "block"), (3, 3, 8, 0, 0.0, 0, "token"), (3, 3, 8, 0, 0.5, 0, "token")],
+                         ids=["wide", "budget_top_k", "confidence_stop", "suffix_enhancer", "node_by_node",
+                              "node_by_node_confidence_stop"])
+def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confidence, enhancer, verification):
+    """Traversal verification (the default) and node-by-node rejection of the engine's level-by-level trees."""
     from specdec_cli.engine.request import SamplingParams
     from specdec_cli.testing import exact_sequence_law
     from specdec_cli.verify.stats import check_three_token_law
@@ -220,7 +225,7 @@ def test_sampled_tree_follows_the_target_law(topk, depth, nodes, top_k, confiden
     prompt, num = [3, 1, 4, 1, 5], 1500
     law = exact_sequence_law(target, prompt, 3, temperature=1.0, top_k=top_k)
     engine = _tree_engine(target, topk=topk, depth=depth, nodes=nodes, confidence=confidence,
-                          enhancer_min_match=enhancer)
+                          enhancer_min_match=enhancer, verification=verification)
     samples = torch.tensor(_generate(engine, [prompt] * num,
                                      [SamplingParams(temperature=1.0, top_k=top_k, seed=i) for i in range(num)], 3))
     assert 0 < engine.stats.accepted_drafts < engine.stats.proposed_drafts

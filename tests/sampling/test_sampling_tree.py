@@ -1,6 +1,7 @@
 """Tree acceptance: exact vectors for the greedy walk, and the emitted law equals the target's (chi-square +
 TV) for deterministic and without-replacement siblings, over peaked, near-uniform and disjoint cases, on the
-compiled CPU walk and the torch walk; the two walks emit the same tokens for the same uniforms."""
+compiled CPU walk and the torch walk; the two walks emit the same tokens for the same uniforms (both rules;
+traversal verification's own laws: test_sampling_traversal.py)."""
 from __future__ import annotations
 
 import pytest
@@ -126,7 +127,8 @@ def _random_tree(num_nodes: int, generator: torch.Generator) -> torch.Tensor:
 
 @pytest.mark.parametrize("vocab", [5, 300, 49_152])
 @pytest.mark.parametrize("siblings", ["deterministic", "without_replacement"])
-def test_compiled_walk_emits_what_the_torch_walk_emits(vocab, siblings, monkeypatch):
+@pytest.mark.parametrize("verification", ["token", "block"])
+def test_compiled_walk_emits_what_the_torch_walk_emits(vocab, siblings, verification, monkeypatch):
     """Same uniforms, same tokens / lengths / paths: chains, wide and random trees, peaked rows with exact
     zeros, drafts equal to the target (an empty residual) and nodes the target gives zero."""
     generator = torch.Generator().manual_seed(vocab + len(siblings))
@@ -144,9 +146,9 @@ def test_compiled_walk_emits_what_the_torch_walk_emits(vocab, siblings, monkeypa
             draft = None
             node_tokens = torch.randint(0, vocab, (batch, nodes), generator=generator)
         uniforms = torch.rand(batch, nodes + 1, generator=generator, dtype=torch.float64)
-        compiled = tree_accept(target, node_tokens, parents, draft, uniforms=uniforms)
+        compiled = tree_accept(target, node_tokens, parents, draft, uniforms=uniforms, verification=verification)
         with monkeypatch.context() as patch:
             patch.setattr(tree, "_cpu_kernel", lambda: None)
-            reference = tree_accept(target, node_tokens, parents, draft, uniforms=uniforms)
+            reference = tree_accept(target, node_tokens, parents, draft, uniforms=uniforms, verification=verification)
         for got, expected in zip(compiled, reference):
             assert torch.equal(got, expected), parents.tolist()
