@@ -137,7 +137,7 @@ def check_tree(cfg: RunConfig) -> list[str]:
     if cfg.parallelism.tp > 1 or cfg.parallelism.dp > 1 or cfg.parallelism.cp > 1:
         out.append(f"{why} runs on a single process: parallelism.tp/dp/cp must be 1")
     if cfg.rejection.mode == "off":
-        out.append(f"{why} always verifies with tree rejection sampling (lossless): rejection=off is not supported")
+        out.append(f"{why} always verifies with rejection sampling (lossless): rejection=off is not supported")
     if cfg.method.adaptive_min_accept:
         out.append(f"{why} cannot be combined with method.adaptive_min_accept (the tree engine does not apply it)")
     return out

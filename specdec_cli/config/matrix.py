@@ -151,7 +151,8 @@ MATRIX: dict[str, dict[str, Support]] = {
     "draft_tree": _only(
         ("eagle3",),
         Support(True, "EAGLE-2 dynamic tree verified in one target forward with a tree attention mask; "
-                      "lossless (tree rejection sampling); engine.max_batch_size=1; "
+                      "lossless (traversal verification, or node-by-node tree rejection sampling with "
+                      "rejection.verification=token); engine.max_batch_size=1; "
                       "on by default at batch 1 (tree_topk auto -> 2; 2K nodes for a greedy request, K + 1 "
                       "for a sampled one)"),
         Support(False, "only EAGLE-3 expands a draft tree (its head scores every node's children); "

@@ -150,7 +150,8 @@ class SamplerConfig:
 class RejectionConfig:
     mode: str = "auto"  # auto | on | off
     backend: str = "auto"  # auto | torch | flashinfer
-    verification: str = "auto"  # auto | token | block: how a chain's drafts are tested (auto: block on torch)
+    verification: str = "auto"  # auto | token | block (chains: block, trees: traversal verification); auto: block
+    # except a chain on flashinfer
 
 
 # --------------------------------------------------------------------------- parallelism

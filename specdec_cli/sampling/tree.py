@@ -43,8 +43,9 @@ with next token t with probability max(w pi(t) - q_1(t), 0) and fails with proba
 with next token w * pi(t). At the root (w = 1, pi its target row) the first token follows the target, and
 the same holds below every accepted node, so the output follows the target's autoregressive law. For a chain
 this is ``acceptance.block_verify``; with a one-hot target it follows the argmax path; in expectation it keeps
-at least as many drafts as the rule above. Exact enumeration (tests) confirms it for deterministic and
-without-replacement siblings and for level-by-level trees whose slots depend on other subtrees.
+at least as many drafts as the rule above. tests/sampling/test_sampling_traversal.py checks the generated
+sequence law for deterministic and without-replacement siblings and for level-by-level trees whose slots
+depend on other subtrees and on a confidence stop.
 
 On CPU each walk is one compiled call per row (``cpu_tree``); on accelerators, or where numba cannot be
 imported, the batched torch walks below.
