@@ -229,7 +229,7 @@ def resolve_backend(
 
 def resolve_verification(cfg: RunConfig, rejection: bool, backend: str, tree_topk: int, found: Findings) -> str:
     """How drafts are tested: ``block`` (a chain: block verification; a tree, ``tree_topk`` > 1: traversal
-    verification; both exact and keeping at least as many drafts in expectation) or ``token`` (token by token /
+    verification; both exact and keeping more drafts on average) or ``token`` (token by token /
     node by node); auto: block, except a chain on flashinfer (its chain kernel tests token by token; trees are
     walked on the host whatever the backend). An invalid value was reported by ``resolve_rejection``; an explicit
     block on flashinfer by ``resolve_backend``."""
@@ -242,7 +242,7 @@ def resolve_verification(cfg: RunConfig, rejection: bool, backend: str, tree_top
             "flashinfer's chain kernel tests token by token" if resolved == "token" else
             "a draft tree is verified path by path (traversal verification" if tree_topk > 1 else
             "a draft chain is verified as a whole (block verification") + (
-            "" if resolved == "token" else ": exact; keeps at least as many drafts as token by token)"))
+            "" if resolved == "token" else ": exact; keeps more drafts than token by token on average)"))
     return resolved
 
 

@@ -7,10 +7,10 @@ vocabulary (0.2 ms here; benchmarks/results_steps.md). Each batch row keeps its 
   each child in order: accept iff u * q(c) < residual(c); else residual <- max(residual - q, 0), renormalised
   (kept when that is all zero);
   no child accepted: the final token by inverse CDF over the residual (first token whose sequential float64
-  cumulative weight exceeds u * total, the last positive one if rounding says none), as ``tree._inverse_cdf``.
+  cumulative weight exceeds u * total, the last positive one if rounding says none), as ``draws.inverse_cdf``.
 Same algorithm, same uniforms, same float64 comparisons; only the residual's mass is summed in another order
 than torch's, so a token can differ from the torch walk's only where a uniform lands within an ulp of a
-boundary. ``traversal_walk`` (``verification="block"``) runs the module doc's traversal walk of ``sampling.tree``
+boundary. ``traversal_walk`` (``verification="block"``) runs the traversal walk of ``sampling.traversal``
 the same way: a weight and a float64 work row per tree level, the post-order events precomputed. This module
 imports numba at the top: ``tree`` imports it lazily and keeps its torch walk where
 that fails.
@@ -55,22 +55,19 @@ def tree_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parents: to
 
 
 def traversal_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parents: torch.Tensor,
-                   node_draft_probs: Optional[torch.Tensor], uniforms: torch.Tensor,
-                   depth: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``tree_accept(verification="block")``'s outputs for checked inputs (the arguments of ``tree_walk``)."""
-    from specdec_cli.sampling.tree import depth_first_events, tree_depths
-
-    batch, num_nodes = node_tokens.shape
-    parent_list = parents.tolist()
-    events = np.array(depth_first_events(parent_list), dtype=np.int64)
-    levels = tree_depths(parents).numpy() if num_nodes else np.zeros(0, dtype=np.int64)
+                   node_draft_probs: Optional[torch.Tensor], uniforms: torch.Tensor, events: list[int],
+                   levels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``tree_accept(verification="block")``'s outputs for checked inputs (those of ``tree_walk``, with the tree's
+    post-order ``events`` (``tree.depth_first_events``) and its node depths levels [N] int64 for the depth)."""
+    batch = node_tokens.shape[0]
+    depth = int(levels.max()) if levels.numel() else 0
     one_hot = node_draft_probs is None
     draft = target_probs[:, :1, :1] if one_hot else node_draft_probs  # never read when one-hot
     tokens = np.full((batch, depth + 1), -1, dtype=np.int64)
     path = np.full((batch, max(depth, 1)), -1, dtype=np.int64)
     emitted = np.empty(batch, dtype=np.int64)
-    _traverse_rows(_array(target_probs), _array(node_tokens), _array(draft), one_hot, events, levels,
-                   np.array(parent_list, dtype=np.int64), _array(uniforms.to(torch.float64)), tokens, path, emitted)
+    _traverse_rows(_array(target_probs), _array(node_tokens), _array(draft), one_hot, np.array(events, dtype=np.int64),
+                   _array(levels), _array(parents), _array(uniforms.to(torch.float64)), tokens, path, emitted)
     return torch.from_numpy(tokens), torch.from_numpy(emitted), torch.from_numpy(path[:, :depth])
 
 

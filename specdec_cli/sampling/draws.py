@@ -139,6 +139,13 @@ class _Rows(NamedTuple):
         return self.flat.index_select(0, self.index)
 
 
+def inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """weights [B, V] float64 >= 0, uniforms [B] -> [B]: first index whose cumulative weight exceeds
+    u * total (never a zero-weight index)."""
+    cdf = weights.cumsum(dim=-1)
+    return _first_above(cdf, uniforms * cdf[:, -1])
+
+
 def _first_above(cdf: torch.Tensor, needle: torch.Tensor) -> torch.Tensor:
     """cdf [N, M] non-decreasing, needle [N] -> [N]: first index with cdf > needle.
 

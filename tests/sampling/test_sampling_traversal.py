@@ -153,7 +153,7 @@ def test_traversal_of_dynamic_trees_generates_the_target_sequence_law(case, walk
 
 def test_traversal_keeps_more_drafts_than_node_by_node_rejection():
     """Same trees, same uniforms: the first round emits more tokens on average, by more than 5 standard errors
-    of the paired difference (the rule's expectation is at least the node-by-node rule's)."""
+    of the paired difference (for a fixed shape its expectation is at least the node-by-node rule's)."""
     generator = torch.Generator().manual_seed(5)
     target, draft = markov_laws("peaked", generator)
     last = torch.full((ROWS,), VOCAB, dtype=torch.int64)
