@@ -238,11 +238,11 @@ def resolve_verification(cfg: RunConfig, rejection: bool, backend: str, tree_top
         return requested if requested in VERIFICATIONS else "token"
     resolved = "token" if backend == "flashinfer" and tree_topk <= 1 else "block"
     if rejection:
-        found.reasons.append(f"rejection.verification=auto -> {resolved}: " + (
-            "flashinfer's chain kernel tests token by token" if resolved == "token" else
-            "a draft tree is verified path by path (traversal verification" if tree_topk > 1 else
-            "a draft chain is verified as a whole (block verification") + (
-            "" if resolved == "token" else ": exact; keeps more drafts than token by token on average)"))
+        rule = ("a draft tree is verified path by path (traversal verification" if tree_topk > 1 else
+                "a draft chain is verified as a whole (block verification")
+        why = ("flashinfer's chain kernel tests token by token" if resolved == "token" else
+               f"{rule}: exact; keeps more drafts than token by token on average)")
+        found.reasons.append(f"rejection.verification=auto -> {resolved}: {why}")
     return resolved
 
 

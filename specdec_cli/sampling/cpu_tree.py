@@ -12,8 +12,7 @@ Same algorithm, same uniforms, same float64 comparisons; only the residual's mas
 than torch's, so a token can differ from the torch walk's only where a uniform lands within an ulp of a
 boundary. ``traversal_walk`` (``verification="block"``) runs the traversal walk of ``sampling.traversal``
 the same way: a weight and a float64 work row per tree level, the post-order events precomputed. This module
-imports numba at the top: ``tree`` imports it lazily and keeps its torch walk where
-that fails.
+imports numba at the top: ``tree`` imports it lazily and keeps its torch walks where that fails.
 """
 from __future__ import annotations
 
@@ -58,7 +57,7 @@ def traversal_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parent
                    node_draft_probs: Optional[torch.Tensor], uniforms: torch.Tensor, events: list[int],
                    levels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``tree_accept(verification="block")``'s outputs for checked inputs (those of ``tree_walk``, with the tree's
-    post-order ``events`` (``tree.depth_first_events``) and its node depths levels [N] int64 for the depth)."""
+    post-order ``events`` (``traversal.depth_first_events``) and its node depths levels [N] int64 for the depth)."""
     batch = node_tokens.shape[0]
     depth = int(levels.max()) if levels.numel() else 0
     one_hot = node_draft_probs is None
@@ -135,7 +134,7 @@ def _walk_rows(target, node_tokens, draft, one_hot, starts, children, uniforms, 
 
 @numba.njit(cache=True, nogil=True)
 def _traverse_rows(target, node_tokens, draft, one_hot, events, levels, parents, uniforms, tokens, path, emitted):
-    """Every batch row in order: events >= 0 enter node e, < 0 leave node -1 - e (``tree.depth_first_events``)."""
+    """Every batch row in order: events >= 0 enter node e, < 0 leave node -1 - e (``traversal.depth_first_events``)."""
     vocab, num_nodes, max_level = target.shape[2], node_tokens.shape[1], tokens.shape[1]
     rows, weight, leftover = np.empty((max_level, vocab)), np.empty(max_level), np.empty(vocab)
     for b in range(node_tokens.shape[0]):

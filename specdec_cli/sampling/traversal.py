@@ -2,8 +2,8 @@
 
 Block verification generalised from chains to trees (Weng et al., "Traversal Verification for Speculative Tree
 Decoding", 2025): each root-to-node path is judged as a whole, so a child whose own test is marginal still
-counts when its subtree agrees with the target. Each node carries a
-weight w (root: 1) and a target row pi (its target row, then its residual):
+counts when its subtree agrees with the target. Each node carries a weight w (root: 1) and a target row pi (its
+target row, then its residual):
   enter child c of x:  w_c = min(w_x * pi_x(c) / q_c(c), 1), pi_c = the target row at c;
   leave c (every child of c has failed): c passes iff u_c < w_c: emit the path to c and one token from pi_c, stop;
                        else x takes the failure: m = sum_v max(w_x pi_x(v) - q_c(v), 0),
@@ -57,8 +57,8 @@ def depth_first_events(parents: list[int]) -> list[int]:
 
 
 def traversal_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parents: torch.Tensor,
-               node_draft_probs: Optional[torch.Tensor], uniforms: torch.Tensor, events: list[int],
-               node_levels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   node_draft_probs: Optional[torch.Tensor], uniforms: torch.Tensor, events: list[int],
+                   node_levels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``tree_accept(verification="block")`` in torch (the module doc's traversal walk), batched over rows;
     ``events`` from ``depth_first_events``, node_levels [N] from ``tree_depths``.
 
@@ -92,12 +92,9 @@ def traversal_walk(target_probs: torch.Tensor, node_tokens: torch.Tensor, parent
         node = event if event >= 0 else -1 - event
         level, token = levels[node], node_tokens[:, node]
         above = row[:, level - 1]
-        if node_draft_probs is None:
-            q_at, draft = torch.ones(batch, dtype=torch.float64, device=device), None
-        else:
-            draft = node_draft_probs[:, node].double()
-            q_at = draft[index, token]
+        draft = None if node_draft_probs is None else node_draft_probs[:, node].double()  # None: one-hot
         if event >= 0:  # enter: the node's weight from its parent's current weight and row
+            q_at = torch.ones(batch, dtype=torch.float64, device=device) if draft is None else draft[index, token]
             ratio = torch.where(q_at > 0, above[index, token] / q_at.clamp(min=1e-300), 0.0)
             weight[:, level] = torch.minimum(weight[:, level - 1] * ratio, torch.ones_like(ratio))
             row[:, level] = target_probs[:, node + 1].double()
